@@ -1,0 +1,33 @@
+# All set-up on a fresh machine: `make test` or `make bm25` create .venv on first use.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+# CPU wheel by default; on a CUDA host: make setup TORCH_SPEC="torch==2.13.0" EXTRAS=test,gpu
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS     ?= test
+
+.PHONY: setup test bm25 clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first and pinned, so nothing pulls the CUDA build from the registry
+	$(PIP) install -q "$(TORCH_SPEC)"
+	# pyserini 2.4.0 declares Python>=3.12; it runs on 3.11 when installed without its deps
+	$(PIP) install -q --no-deps --ignore-requires-python pyserini==2.4.0
+	$(PIP) install -q -e ".[$(EXTRAS)]"
+	$(PY) -m retromae_ir.hook install
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bm25: setup
+	$(PY) eval/beir_all.py --retriever bm25 --datasets scifact
+
+clean-venv:
+	rm -rf $(VENV)
