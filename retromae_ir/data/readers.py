@@ -1,0 +1,298 @@
+"""Streaming readers for the file formats retrieval data comes in: BEIR JSONL/TSV, MS MARCO TSV, TREC qrels
+and Anserini topic files (TSV, ``.gz``, JSONL, TREC ``<top>``).
+
+Every reader decodes strictly as UTF-8 and stops at the first bad line with a ``DataFormatError`` naming the
+file and line, so a broken download never turns silently into a smaller collection. Blank lines are skipped.
+Records whose text is empty are kept (ids must stay aligned with the qrels) but counted in a ``ReadStats`` and
+reported with a logged warning.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike
+
+
+class DataFormatError(ValueError):
+    """Malformed input; the message starts with ``<file>:<line>:`` (or ``<file>:`` for whole-file problems)."""
+
+
+@dataclass
+class ReadStats:
+    """What a reader saw: ``records`` yielded and how many of them had an empty text."""
+
+    records: int = 0
+    empty: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    docid: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """The one-field view retrievers index (BM25 and the encoders): title and text joined by a space."""
+        return f"{self.title} {self.text}".strip()
+
+
+def _open_bytes(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` for the non-blank lines of a (possibly gzipped) UTF-8 file, endings removed."""
+    path = Path(path)
+    with _open_bytes(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataFormatError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield number, line
+
+
+def _json_object(path: Path, number: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataFormatError(f"{path}:{number}: malformed JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(record, dict):
+        raise DataFormatError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+def _id_field(path: Path, number: int, record: dict, keys: tuple[str, ...]) -> str:
+    for key in keys:
+        value = record.get(key)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+            return str(value)
+    raise DataFormatError(f"{path}:{number}: missing or empty id field {' / '.join(repr(k) for k in keys)}")
+
+
+def _text_field(path: Path, number: int, record: dict, key: str, required: bool) -> str:
+    value = record.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        problem = "missing" if key not in record else f"not a string ({type(value).__name__})"
+        raise DataFormatError(f"{path}:{number}: field {key!r} is {problem}")
+    return value
+
+
+def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> list[str]:
+    """Split on the first ``columns - 1`` tabs (a last free-text column may itself hold tabs)."""
+    fields = line.split("\t", columns - 1)
+    if len(fields) != columns or not fields[0].strip():
+        raise DataFormatError(f"{path}:{number}: expected {what} ({columns} tab-separated columns), got {line[:80]!r}")
+    return fields
+
+
+def _checked(path: Path, records: Iterable[tuple[int, str, str, object]], stats: ReadStats | None,
+             unique: bool) -> Iterator[object]:
+    """Shared bookkeeping for ``(line, id, text, item)`` streams: duplicate ids, empty texts, the warning."""
+    stats = stats if stats is not None else ReadStats()
+    seen: set[str] = set()
+    for number, key, text, item in records:
+        if unique:
+            if key in seen:
+                raise DataFormatError(f"{path}:{number}: duplicate id {key!r}")
+            seen.add(key)
+        stats.records += 1
+        if not text.strip():
+            stats.empty += 1
+        yield item
+    if stats.empty:
+        logger.warning("%s: %d of %d records have an empty text", path, stats.empty, stats.records)
+
+
+# --- BEIR -----------------------------------------------------------------------------------------------------
+
+def iter_beir_corpus(path: PathLike, stats: ReadStats | None = None, unique: bool = True) -> Iterator[Document]:
+    """Stream a BEIR ``corpus.jsonl`` (``{"_id", "title", "text"}`` lines; ``title`` may be absent).
+
+    ``unique`` keeps a set of the ids seen to reject duplicates; pass ``False`` to save that memory on a corpus
+    already known to be clean.
+    """
+    path = Path(path)
+
+    def records():
+        for number, line in iter_lines(path):
+            record = _json_object(path, number, line)
+            docid = _id_field(path, number, record, ("_id",))
+            doc = Document(docid, _text_field(path, number, record, "title", False),
+                           _text_field(path, number, record, "text", True))
+            yield number, docid, doc.contents, doc
+
+    return _checked(path, records(), stats, unique)
+
+
+def load_beir_corpus(path: PathLike, stats: ReadStats | None = None) -> dict[str, Document]:
+    return {doc.docid: doc for doc in iter_beir_corpus(path, stats)}
+
+
+def iter_beir_queries(path: PathLike, stats: ReadStats | None = None) -> Iterator[tuple[str, str]]:
+    """Stream ``(qid, text)`` from a BEIR ``queries.jsonl`` (``{"_id", "text"}`` lines)."""
+    return _iter_jsonl_pairs(Path(path), ("_id",), ("text",), stats)
+
+
+def load_beir_queries(path: PathLike, stats: ReadStats | None = None) -> dict[str, str]:
+    return dict(iter_beir_queries(path, stats))
+
+
+def _iter_jsonl_pairs(path: Path, id_keys: tuple[str, ...], text_keys: tuple[str, ...],
+                      stats: ReadStats | None) -> Iterator[tuple[str, str]]:
+    def records():
+        for number, line in iter_lines(path):
+            record = _json_object(path, number, line)
+            key = _id_field(path, number, record, id_keys)
+            field = next((k for k in text_keys if k in record), text_keys[0])
+            text = _text_field(path, number, record, field, True)
+            yield number, key, text, (key, text)
+
+    return _checked(path, records(), stats, unique=True)
+
+
+# --- qrels -----------------------------------------------------------------------------------------------------
+
+_BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
+
+
+def iter_qrels(path: PathLike) -> Iterator[tuple[str, str, int]]:
+    """Stream ``(qid, docid, relevance)`` from TREC qrels (``qid iter docid rel``, whitespace-separated) or a
+    BEIR ``qrels/*.tsv`` (``query-id<TAB>corpus-id<TAB>score``, header optional); the format is detected from
+    the first line and must then hold for every line. A repeated ``(qid, docid)`` pair is an error."""
+    path = Path(path)
+    seen: set[tuple[str, str]] = set()
+    columns = None
+    for number, line in iter_lines(path):
+        if columns is None:
+            columns = 3 if line.count("\t") == 2 else 4
+            if columns == 3 and tuple(f.strip() for f in line.split("\t")) == _BEIR_QRELS_HEADER:
+                continue
+        fields = line.split("\t") if columns == 3 else line.split()
+        if len(fields) != columns:
+            kind = "BEIR qrels 'query-id<TAB>corpus-id<TAB>score'" if columns == 3 else "TREC qrels 'qid iter docid rel'"
+            raise DataFormatError(f"{path}:{number}: expected {kind} ({columns} columns), got {line[:80]!r}")
+        qid, docid, label = (fields[0], fields[1], fields[2]) if columns == 3 else (fields[0], fields[2], fields[3])
+        qid, docid = qid.strip(), docid.strip()
+        if not qid or not docid:
+            raise DataFormatError(f"{path}:{number}: empty query or document id in {line[:80]!r}")
+        try:
+            relevance = int(label)
+        except ValueError:
+            raise DataFormatError(f"{path}:{number}: relevance {label.strip()!r} is not an integer") from None
+        if (qid, docid) in seen:
+            raise DataFormatError(f"{path}:{number}: duplicate judgement for query {qid!r}, document {docid!r}")
+        seen.add((qid, docid))
+        yield qid, docid, relevance
+
+
+def load_qrels(path: PathLike) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    for qid, docid, relevance in iter_qrels(path):
+        qrels.setdefault(qid, {})[docid] = relevance
+    if not qrels:
+        raise DataFormatError(f"{path}: no judgements")
+    return qrels
+
+
+# --- MS MARCO and topics ------------------------------------------------------------------------------------------
+
+def iter_msmarco_collection(path: PathLike, stats: ReadStats | None = None,
+                            unique: bool = True) -> Iterator[Document]:
+    """Stream an MS MARCO ``collection.tsv`` (``pid<TAB>passage``) as title-less ``Document``s."""
+    path = Path(path)
+
+    def records():
+        for number, line in iter_lines(path):
+            pid, text = _split_tsv(path, number, line, 2, "'pid<TAB>passage'")
+            yield number, pid, text, Document(pid, "", text)
+
+    return _checked(path, records(), stats, unique)
+
+
+def iter_tsv_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[tuple[str, str]]:
+    """Stream ``(qid, text)`` from ``qid<TAB>text`` lines (MS MARCO queries, Anserini TSV topics, ``.gz`` too).
+
+    The text is everything after the first tab, stripped of surrounding spaces as Anserini does (MS MARCO dev
+    has a query starting with a space; one robust04 topic holds a tab, kept as is).
+    """
+    path = Path(path)
+
+    def records():
+        for number, line in iter_lines(path):
+            qid, text = _split_tsv(path, number, line, 2, "'qid<TAB>text'")
+            qid, text = qid.strip(), text.strip()
+            yield number, qid, text, (qid, text)
+
+    return _checked(path, records(), stats, unique=True)
+
+
+def load_msmarco_queries(path: PathLike, stats: ReadStats | None = None) -> dict[str, str]:
+    return dict(iter_tsv_topics(path, stats))
+
+
+_TREC_TAG = re.compile(r"<(/?top|num|title|desc|narr)>(.*)", re.I)
+_TREC_LABEL = re.compile(r"^\s*(?:Number|Topic):", re.I)
+
+
+def iter_trec_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[tuple[str, str]]:
+    """Stream ``(qid, title)`` from classic TREC topics (``<top> <num> Number: N <title> ... </top>``);
+    a title may run over several lines, up to the next tag."""
+    path = Path(path)
+
+    def records():
+        start, fields, current = 0, {}, None
+        for number, line in iter_lines(path):
+            tag = _TREC_TAG.match(line.strip())
+            if tag is None:
+                if current is not None:
+                    fields[current] += " " + line
+                continue
+            name, rest = tag.group(1).lower(), _TREC_LABEL.sub("", re.sub(r"</\w+>\s*$", "", tag.group(2)))
+            if name == "top":
+                start, fields, current = number, {}, None
+            elif name == "/top":
+                if not fields.get("num", "").strip() or "title" not in fields:
+                    raise DataFormatError(f"{path}:{start}: TREC topic without <num> or <title>")
+                qid, title = fields["num"].strip(), " ".join(fields["title"].split())
+                yield start, qid, title, (qid, title)
+                current = None
+            else:
+                fields[name], current = rest, name
+
+    return _checked(path, records(), stats, unique=True)
+
+
+def iter_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[tuple[str, str]]:
+    """Stream ``(qid, text)`` from any topic file: JSONL by extension (``.jsonl``/``.json``, gzipped too; id from
+    ``qid``/``_id``/``id``, text from ``text``/``query``/``contents``/``title``), TREC when the first line opens
+    with ``<top>``, else ``qid<TAB>text``."""
+    path = Path(path)
+    suffixes = [s for s in path.suffixes if s != ".gz"]
+    if suffixes and suffixes[-1] in (".jsonl", ".json"):
+        return _iter_jsonl_pairs(path, ("qid", "_id", "id"), ("text", "query", "contents", "title"), stats)
+    first = next(iter_lines(path), (0, ""))[1]
+    if first.lstrip().lower().startswith("<top>"):
+        return iter_trec_topics(path, stats)
+    return iter_tsv_topics(path, stats)
+
+
+def load_topics(path: PathLike, stats: ReadStats | None = None) -> dict[str, str]:
+    topics = dict(iter_topics(path, stats))
+    if not topics:
+        raise DataFormatError(f"{path}: no topics")
+    return topics
