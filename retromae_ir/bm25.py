@@ -1,0 +1,117 @@
+"""BM25 through real Lucene: index a BEIR corpus with Pyserini and search it (Pyserini's BEIR "flat" condition).
+
+Indexing runs ``python -m pyserini.index.lucene`` in a subprocess, so the index directory appears only when
+Lucene has finished (it is built in a temporary directory and renamed) and this process' JVM stays free
+for searching. An index is reused when its manifest matches the corpus it was built from.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from retromae_ir.data.readers import iter_beir_corpus
+from retromae_ir.io import atomic_dir, atomic_write
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "retromae_ir-manifest.json"
+
+
+@dataclass(frozen=True)
+class BM25Params:
+    """Pyserini's BEIR flat defaults: k1 0.9, b 0.4, 1000 hits, the query's own document removed."""
+
+    k1: float = 0.9
+    b: float = 0.4
+    hits: int = 1000
+    remove_self_hits: bool = True
+
+
+def corpus_fingerprint(corpus: Path) -> dict:
+    """Size and SHA-1 of the corpus file: enough to tell whether an index was built from it."""
+    digest = hashlib.sha1()
+    with open(corpus, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"corpus": str(corpus.resolve()), "bytes": corpus.stat().st_size, "sha1": digest.hexdigest()}
+
+
+def write_json_collection(corpus: Path, out_dir: Path) -> int:
+    """Write Pyserini's JsonCollection (``{"id", "contents"}``, contents = title + " " + text); returns the count."""
+    count = 0
+    with atomic_write(out_dir / "docs.jsonl") as handle:
+        for doc in tqdm(iter_beir_corpus(corpus), desc=f"collection {corpus.parent.name}", unit="doc"):
+            handle.write(json.dumps({"id": doc.docid, "contents": doc.contents}, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def index_is_current(index_dir: Path, fingerprint: dict) -> bool:
+    manifest = index_dir / MANIFEST
+    return manifest.is_file() and json.loads(manifest.read_text()).get("fingerprint") == fingerprint
+
+
+def build_index(corpus: Path, index_dir: Path, threads: int = 2) -> Path:
+    """Build (or reuse) a Lucene BM25 index of a BEIR ``corpus.jsonl`` at ``index_dir``."""
+    corpus, index_dir = Path(corpus), Path(index_dir)
+    fingerprint = corpus_fingerprint(corpus)
+    if index_is_current(index_dir, fingerprint):
+        logger.info("reusing BM25 index %s", index_dir)
+        return index_dir
+    with atomic_dir(index_dir) as tmp:
+        collection = tmp / "collection"
+        documents = write_json_collection(corpus, collection)
+        command = [sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
+                   "--input", str(collection), "--index", str(tmp / "lucene"),
+                   "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
+                   "--storePositions", "--storeDocvectors", "--storeRaw"]
+        logger.info("indexing %d documents: %s", documents, " ".join(command))
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"Lucene indexing of {corpus} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+        (collection / "docs.jsonl").unlink()
+        collection.rmdir()
+        manifest = {"fingerprint": fingerprint, "documents": documents, "command": command[1:]}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return index_dir
+
+
+class BM25Searcher:
+    """Batched BM25 search over an index built by :func:`build_index`."""
+
+    def __init__(self, index_dir: Path, params: BM25Params = BM25Params(), threads: int = 2):
+        from pyserini.search.lucene import LuceneSearcher
+
+        self.params = params
+        self.threads = threads
+        self.searcher = LuceneSearcher(str(Path(index_dir) / "lucene"))
+        self.searcher.set_bm25(params.k1, params.b)
+
+    def search(self, queries: dict[str, str], batch_size: int = 256) -> dict[str, dict[str, float]]:
+        """``{qid: {docid: score}}`` with at most ``params.hits`` documents per query."""
+        extra = 1 if self.params.remove_self_hits else 0
+        qids = list(queries)
+        run: dict[str, dict[str, float]] = {}
+        for start in tqdm(range(0, len(qids), batch_size), desc="bm25 search", unit="batch"):
+            batch = qids[start:start + batch_size]
+            hits = self.searcher.batch_search([queries[q] for q in batch], batch,
+                                              k=self.params.hits + extra, threads=self.threads)
+            for qid in batch:
+                kept = [h for h in hits[qid] if not (self.params.remove_self_hits and h.docid == qid)]
+                run[qid] = {h.docid: float(h.score) for h in kept[:self.params.hits]}
+        return run
+
+    def describe(self) -> dict:
+        return asdict(self.params)
+
+
+def default_index_root() -> Path:
+    return Path(os.environ.get("RETROMAE_IR_INDEXES", "indexes"))
