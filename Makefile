@@ -8,6 +8,13 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS     ?= test
 
+# Data beside the checkout (../shared/data) is used when present; elsewhere datasets are downloaded.
+SHARED_DATA := $(abspath ../shared/data)
+ifneq ($(wildcard $(SHARED_DATA)/beir),)
+export RETROMAE_IR_DATA ?= $(SHARED_DATA)/beir
+export RETROMAE_IR_TOPICS ?= $(SHARED_DATA)/topics-and-qrels
+endif
+
 .PHONY: setup test bm25 clean-venv
 
 setup: $(STAMP)
