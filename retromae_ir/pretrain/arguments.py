@@ -1,0 +1,49 @@
+"""Command-line arguments as dataclasses (parsed by ``transformers.HfArgumentParser``).
+
+Each group is one concern; a method adds its own group through ``PretrainModel.Arguments``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ModelArguments:
+    method: str = field(metadata={"help": "pre-training method: retromae, dupmae or master"})
+    model: str | None = field(default=None, metadata={
+        "help": "BERT-family encoder: hub name, local directory, or one of our checkpoints to continue "
+                "(its decoders.safetensors is loaded too). Default: the packaged all-MiniLM-L6-v2"})
+
+
+@dataclass
+class DataArguments:
+    corpus: str = field(metadata={"help": "BEIR corpus.jsonl, JSONL with a 'text' field, or plain text (one doc a line)"})
+    max_length: int = field(default=128, metadata={"help": "tokens per segment, [CLS] and [SEP] included"})
+    tokenized_cache: str | None = field(default=None, metadata={
+        "help": "tokenised-corpus file: read if it exists (and matches tokenizer + max length), else written"})
+
+
+@dataclass
+class MaskingArguments:
+    encoder_mask_ratio: float = field(default=0.3, metadata={"help": "encoder whole-word MLM ratio (paper: 0.15-0.3)"})
+    decoder_mask_ratio: float = field(default=0.5, metadata={
+        "help": "share of tokens each decoder row may NOT see (paper: 0.5-0.9)"})
+
+
+@dataclass
+class TrainingArguments:
+    output: str = field(metadata={"help": "output checkpoint directory"})
+    epochs: float = field(default=1.0, metadata={"help": "passes over the corpus (ignored when --max-steps > 0)"})
+    max_steps: int = field(default=-1, metadata={"help": "optimizer steps; > 0 overrides --epochs"})
+    batch_size: int = field(default=16, metadata={"help": "segments per device per micro-batch"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    lr: float = field(default=1e-4, metadata={"help": "peak learning rate (AdamW, linear warm-up and decay)"})
+    warmup_ratio: float = field(default=0.1)
+    weight_decay: float = field(default=0.01)
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping; <= 0 disables"})
+    bf16: bool = field(default=False, metadata={"help": "bfloat16 autocast (CPU and GPU)"})
+    save_steps: int = field(default=500, metadata={"help": "checkpoint every N optimizer steps; <= 0: only at the end"})
+    logging_steps: int = field(default=10, metadata={"help": "log and write the loss CSV every N steps"})
+    resume: bool = field(default=False, metadata={"help": "continue from OUTPUT/trainer_state if present"})
+    seed: int = field(default=42)
+    device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
