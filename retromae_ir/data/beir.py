@@ -1,0 +1,196 @@
+"""The 18 BEIR datasets and where their files come from.
+
+``resolve_beir`` finds a dataset folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv``; cqadupstack one
+such folder per subforum) in this order: the ``data_dir`` argument (a command's ``--data-dir``), ``$RETROMAE_IR_DATA``,
+the cache (``$RETROMAE_IR_CACHE``, default ``~/.cache/retromae_ir/beir``), and last BEIR's official zip, downloaded
+into the cache. Each of the first three is a folder holding ``<dataset>/``. Evaluation uses Anserini's topic and
+qrels files (named by ``BeirPart``) so that figures match Pyserini's BEIR regressions.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+
+BEIR_BASE_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets"
+ANSERINI_PREFIX = "beir-v1.0.0"
+CQADUPSTACK_SUBFORUMS = ("android", "english", "gaming", "gis", "mathematica", "physics", "programmers", "stats",
+                         "tex", "unix", "webmasters", "wordpress")
+
+
+class DatasetUnavailable(RuntimeError):
+    """A dataset that cannot be found locally and cannot be downloaded (not public, or download disabled)."""
+
+
+@dataclass(frozen=True)
+class BeirPart:
+    """One evaluated unit: a whole dataset, or one cqadupstack subforum (BEIR reports their mean)."""
+
+    dataset: str
+    subforum: str | None = None
+    split: str = "test"
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}-{self.subforum}" if self.subforum else self.dataset
+
+    @property
+    def anserini_name(self) -> str:
+        return f"{ANSERINI_PREFIX}-{self.name}"
+
+    @property
+    def pyserini_topics(self) -> str:
+        """The name Pyserini's ``--topics`` and ``get_topics`` know (fetched online; offline use the files)."""
+        return f"{self.anserini_name}-{self.split}"
+
+    @property
+    def topics_file(self) -> str:
+        return f"topics.{self.anserini_name}.{self.split}.tsv.gz"
+
+    @property
+    def qrels_file(self) -> str:
+        return f"qrels.{self.anserini_name}.{self.split}.txt"
+
+    def folder(self, dataset_dir: Path) -> Path:
+        """This part's BEIR folder inside the folder ``resolve_beir`` returned."""
+        return Path(dataset_dir) / self.subforum if self.subforum else Path(dataset_dir)
+
+
+@dataclass(frozen=True)
+class BeirDataset:
+    name: str
+    public: bool = True
+    subforums: tuple[str, ...] = ()
+    drop_self_hits: bool = False  # ArguAna, Quora: a query is itself a corpus document, BEIR removes that hit
+    split: str = "test"
+
+    @property
+    def url(self) -> str:
+        return f"{BEIR_BASE_URL}/{self.name}.zip"
+
+    @property
+    def parts(self) -> tuple[BeirPart, ...]:
+        if self.subforums:
+            return tuple(BeirPart(self.name, sub, self.split) for sub in self.subforums)
+        return (BeirPart(self.name, None, self.split),)
+
+    def required_files(self) -> list[str]:
+        """Paths, relative to the dataset folder, that must exist for it to count as present."""
+        files = ("corpus.jsonl", "queries.jsonl", f"qrels/{self.split}.tsv")
+        return [f"{sub}/{f}" if sub else f for sub in (self.subforums or ("",)) for f in files]
+
+    def is_complete(self, folder: Path) -> bool:
+        return all((folder / rel).is_file() for rel in self.required_files())
+
+
+BEIR_DATASETS: dict[str, BeirDataset] = {d.name: d for d in (
+    BeirDataset("trec-covid"),
+    BeirDataset("bioasq", public=False),
+    BeirDataset("nfcorpus"),
+    BeirDataset("nq"),
+    BeirDataset("hotpotqa"),
+    BeirDataset("fiqa"),
+    BeirDataset("signal1m", public=False),
+    BeirDataset("trec-news", public=False),
+    BeirDataset("robust04", public=False),
+    BeirDataset("arguana", drop_self_hits=True),
+    BeirDataset("webis-touche2020"),
+    BeirDataset("cqadupstack", subforums=CQADUPSTACK_SUBFORUMS),
+    BeirDataset("quora", drop_self_hits=True),
+    BeirDataset("dbpedia-entity"),
+    BeirDataset("scidocs"),
+    BeirDataset("fever"),
+    BeirDataset("climate-fever"),
+    BeirDataset("scifact"),
+)}
+
+
+def get_beir_dataset(name: str) -> BeirDataset:
+    try:
+        return BEIR_DATASETS[name]
+    except KeyError:
+        raise ValueError(f"unknown BEIR dataset {name!r}; known: {', '.join(BEIR_DATASETS)}") from None
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RETROMAE_IR_CACHE") or Path.home() / ".cache" / "retromae_ir" / "beir")
+
+
+def candidate_roots(data_dir: str | os.PathLike | None = None) -> list[tuple[str, Path]]:
+    """The folders searched for ``<dataset>/``, in order, each with the place it came from."""
+    roots = []
+    if data_dir is not None:
+        roots.append(("--data-dir", Path(data_dir)))
+    if os.environ.get("RETROMAE_IR_DATA"):
+        roots.append(("$RETROMAE_IR_DATA", Path(os.environ["RETROMAE_IR_DATA"])))
+    roots.append(("cache", cache_root()))
+    return roots
+
+
+def resolve_beir(name: str, data_dir: str | os.PathLike | None = None, download: bool = True) -> Path:
+    """Return the folder of BEIR dataset ``name``, downloading it into the cache when it is nowhere local."""
+    dataset = get_beir_dataset(name)
+    roots = candidate_roots(data_dir)
+    for origin, root in roots:
+        if dataset.is_complete(root / name):
+            logger.info("BEIR %s: using %s (%s)", name, root / name, origin)
+            return root / name
+    if not dataset.public or not download:
+        raise DatasetUnavailable(_unavailable_message(dataset, roots))
+    return download_beir(dataset, cache_root())
+
+
+def _unavailable_message(dataset: BeirDataset, roots: list[tuple[str, Path]]) -> str:
+    why = ("is not publicly downloadable (BEIR cannot redistribute it); build it with BEIR's instructions"
+           if not dataset.public else "was not found and downloading is disabled")
+    places = "; ".join(f"{root / dataset.name} ({origin})" for origin, root in roots)
+    return (f"BEIR dataset {dataset.name!r} {why}, then place {', '.join(dataset.required_files())} "
+            f"in one of: {places}")
+
+
+def download_beir(dataset: BeirDataset, root: Path) -> Path:
+    """Fetch ``dataset``'s zip into a temporary folder under ``root``, unzip it there, check it, and rename the
+    finished folder to ``root/<name>``: an interrupted download leaves nothing that looks like a dataset."""
+    target = root / dataset.name
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=f".{dataset.name}.") as staging:
+        archive = Path(staging) / f"{dataset.name}.zip"
+        try:
+            fetch(dataset.url, archive)
+        except OSError as err:  # URLError and HTTPError are OSErrors
+            raise DatasetUnavailable(f"{dataset.url}: download failed ({err}); "
+                                     f"or place {', '.join(dataset.required_files())} under {target}") from None
+        unpacked = Path(staging) / "unpacked"
+        try:
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(unpacked)
+        except zipfile.BadZipFile as err:
+            raise DatasetUnavailable(f"{dataset.url}: not a valid zip archive ({err})") from None
+        found = unpacked / dataset.name
+        if not dataset.is_complete(found):
+            missing = [f for f in dataset.required_files() if not (found / f).is_file()]
+            raise DatasetUnavailable(f"{dataset.url}: archive lacks {dataset.name}/{missing[0]}")
+        if target.exists():  # an incomplete earlier copy: is_complete() rejected it
+            shutil.rmtree(target)
+        os.replace(found, target)
+    logger.info("BEIR %s: downloaded to %s", dataset.name, target)
+    return target
+
+
+def fetch(url: str, dest: Path, chunk: int = 1 << 20) -> None:
+    """Copy ``url`` (https or file) to ``dest`` with a tqdm progress bar."""
+    with urllib.request.urlopen(url) as response, open(dest, "wb") as out:
+        total = int(response.headers.get("Content-Length") or 0) or None
+        with tqdm(total=total, unit="B", unit_scale=True, desc=Path(url).name) as bar:
+            while block := response.read(chunk):
+                out.write(block)
+                bar.update(len(block))

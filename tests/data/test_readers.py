@@ -1,0 +1,208 @@
+"""Readers: exact contents on small files written here, each kind of bad input, and the real shared files."""
+from __future__ import annotations
+
+import gzip
+import logging
+
+import pytest
+
+from retromae_ir.data.readers import (
+    DataFormatError,
+    Document,
+    ReadStats,
+    iter_beir_corpus,
+    iter_msmarco_collection,
+    load_beir_corpus,
+    load_beir_queries,
+    load_msmarco_queries,
+    load_qrels,
+    load_topics,
+)
+
+
+def write(path, text: str | bytes):
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    return path
+
+
+def test_document_contents_joins_title_and_text():
+    assert Document("d", "A title", "some text").contents == "A title some text"
+    assert Document("d", "", "only text").contents == "only text"
+
+
+def test_beir_corpus_reads_fields_and_int_ids(tmp_path):
+    path = write(tmp_path / "corpus.jsonl",
+                 '{"_id": "d1", "title": "T", "text": "x y", "metadata": {}}\n\n{"_id": 7, "text": "z"}\n')
+    assert list(iter_beir_corpus(path)) == [Document("d1", "T", "x y"), Document("7", "", "z")]
+    assert load_beir_corpus(path)["7"].contents == "z"
+
+
+@pytest.mark.parametrize("content, line, message", [
+    ('{"_id": "a", "text": "x"}\n{"_id": "b", "text": \n', 2, "malformed JSON"),
+    ('{"_id": "a", "text": "x"}\n{"title": "t", "text": "x"}\n', 2, "missing or empty id field '_id'"),
+    ('{"_id": "a", "text": "x"}\n{"_id": "", "text": "x"}\n', 2, "missing or empty id field '_id'"),
+    ('{"_id": "a", "text": "x"}\n{"_id": "b"}\n', 2, "field 'text' is missing"),
+    ('{"_id": "a", "text": 3}\n', 1, "field 'text' is not a string (int)"),
+    ('["a", "x"]\n', 1, "expected a JSON object, got list"),
+    ('{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n{"_id": "a", "text": "z"}\n', 3, "duplicate id 'a'"),
+])
+def test_beir_corpus_bad_lines_name_file_and_line(tmp_path, content, line, message):
+    path = write(tmp_path / "corpus.jsonl", content)
+    with pytest.raises(DataFormatError) as err:
+        load_beir_corpus(path)
+    assert str(err.value).startswith(f"{path}:{line}: {message}")
+
+
+def test_non_utf8_bytes_name_file_and_line(tmp_path):
+    path = write(tmp_path / "corpus.jsonl", b'{"_id": "a", "text": "ok"}\n{"_id": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(DataFormatError, match=r"corpus\.jsonl:2: not valid UTF-8"):
+        load_beir_corpus(path)
+
+
+def test_data_format_error_is_a_value_error():
+    assert issubclass(DataFormatError, ValueError)
+
+
+def test_duplicate_check_can_be_turned_off_for_streaming(tmp_path):
+    path = write(tmp_path / "corpus.jsonl", '{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n')
+    assert [d.text for d in iter_beir_corpus(path, unique=False)] == ["x", "y"]
+
+
+def test_empty_texts_are_kept_counted_and_warned(tmp_path, caplog):
+    path = write(tmp_path / "corpus.jsonl",
+                 '{"_id": "a", "title": "", "text": ""}\n{"_id": "b", "text": "x"}\n{"_id": "c", "text": " "}\n')
+    stats = ReadStats()
+    with caplog.at_level(logging.WARNING, logger="retromae_ir.data.readers"):
+        corpus = load_beir_corpus(path, stats)
+    assert sorted(corpus) == ["a", "b", "c"]
+    assert stats == ReadStats(records=3, empty=2)
+    assert f"{path}: 2 of 3 records have an empty text" in caplog.text
+
+
+def test_beir_queries(tmp_path):
+    path = write(tmp_path / "queries.jsonl", '{"_id": "1", "text": "q one", "metadata": {}}\n{"_id": "2", "text": "q2"}\n')
+    assert load_beir_queries(path) == {"1": "q one", "2": "q2"}
+
+
+def test_qrels_beir_tsv_with_header_and_trec_format_agree(tmp_path):
+    beir = write(tmp_path / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\nq2\td1\t2\n")
+    trec = write(tmp_path / "qrels.txt", "q1 0 d1 1\nq1 0 d2 0\nq2 Q0 d1 2\n")
+    expected = {"q1": {"d1": 1, "d2": 0}, "q2": {"d1": 2}}
+    assert load_qrels(beir) == expected
+    assert load_qrels(trec) == expected
+
+
+def test_qrels_beir_tsv_without_header(tmp_path):
+    assert load_qrels(write(tmp_path / "q.tsv", "q1\td1\t1\n")) == {"q1": {"d1": 1}}
+
+
+@pytest.mark.parametrize("content, line, message", [
+    ("q1 0 d1 1\nq1 0 d2\n", 2, "expected TREC qrels"),
+    ("q1 0 d1 1\nq1 0 d2 yes\n", 2, "relevance 'yes' is not an integer"),
+    ("q1 0 d1 1\nq2 0 d1 1\nq1 0 d1 0\n", 3, "duplicate judgement for query 'q1', document 'd1'"),
+    ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n", 3, "expected BEIR qrels"),
+    ("q1\td1\t1\n\td2\t1\n", 2, "empty query or document id"),
+])
+def test_qrels_bad_lines(tmp_path, content, line, message):
+    path = write(tmp_path / "qrels.txt", content)
+    with pytest.raises(DataFormatError) as err:
+        load_qrels(path)
+    assert str(err.value).startswith(f"{path}:{line}: {message}")
+
+
+def test_empty_qrels_file_is_an_error(tmp_path):
+    path = write(tmp_path / "qrels.txt", "\n")
+    with pytest.raises(DataFormatError, match="no judgements"):
+        load_qrels(path)
+
+
+def test_msmarco_collection_and_queries(tmp_path):
+    collection = write(tmp_path / "collection.tsv", "0\tfirst passage\r\n1\tsecond\tpassage with a tab\n")
+    assert list(iter_msmarco_collection(collection)) == [Document("0", "", "first passage"),
+                                                         Document("1", "", "second\tpassage with a tab")]
+    queries = write(tmp_path / "queries.tsv", "5\t what is x \n6\ty\n")
+    assert load_msmarco_queries(queries) == {"5": "what is x", "6": "y"}
+
+
+@pytest.mark.parametrize("content, line, message", [
+    ("0\tok\n1 no tab here\n", 2, "expected 'pid<TAB>passage'"),
+    ("0\tok\n\tno id\n", 2, "expected 'pid<TAB>passage'"),
+    ("0\tok\n0\tagain\n", 2, "duplicate id '0'"),
+])
+def test_msmarco_collection_bad_lines(tmp_path, content, line, message):
+    path = write(tmp_path / "collection.tsv", content)
+    with pytest.raises(DataFormatError) as err:
+        list(iter_msmarco_collection(path))
+    assert str(err.value).startswith(f"{path}:{line}: {message}")
+
+
+def test_topics_tsv_gz(tmp_path):
+    path = tmp_path / "topics.x.tsv.gz"
+    path.write_bytes(gzip.compress("1\tfirst topic\n2\tsecond\n".encode()))
+    assert load_topics(path) == {"1": "first topic", "2": "second"}
+
+
+def test_topics_jsonl_accepts_anserini_and_beir_keys(tmp_path):
+    path = write(tmp_path / "topics.jsonl", '{"qid": "1", "query": "a"}\n{"_id": "2", "text": "b"}\n'
+                                            '{"id": 3, "contents": "c"}\n{"qid": "4", "title": "d"}\n')
+    assert load_topics(path) == {"1": "a", "2": "b", "3": "c", "4": "d"}
+
+
+def test_topics_jsonl_without_text_names_the_line(tmp_path):
+    path = write(tmp_path / "topics.jsonl", '{"qid": "1", "query": "a"}\n{"qid": "2"}\n')
+    with pytest.raises(DataFormatError, match=r"topics\.jsonl:2: field 'text' is missing"):
+        load_topics(path)
+
+
+def test_topics_trec_format(tmp_path):
+    path = write(tmp_path / "topics.robust04.txt", (
+        "<top>\n<num> Number: 301\n<title> International Organized Crime\n\n<desc> Description:\nIdentify\n"
+        "<narr> Narrative:\nA relevant document\n</top>\n\n"
+        "<top>\n<num> Number: 302 \n<title>\nPoliomyelitis and\n  Post-Polio\n<desc> Description:\nIs\n</top>\n"))
+    assert load_topics(path) == {"301": "International Organized Crime", "302": "Poliomyelitis and Post-Polio"}
+
+
+def test_topics_trec_without_title_names_the_topic_line(tmp_path):
+    path = write(tmp_path / "topics.txt", "<top>\n<num> Number: 1\n<title> a\n</top>\n<top>\n<num> Number: 2\n</top>\n")
+    with pytest.raises(DataFormatError, match=r"topics\.txt:5: TREC topic without <num> or <title>"):
+        load_topics(path)
+
+
+def test_topics_duplicate_qid(tmp_path):
+    path = write(tmp_path / "topics.tsv", "1\ta\n2\tb\n1\tc\n")
+    with pytest.raises(DataFormatError, match=r"topics\.tsv:3: duplicate id '1'"):
+        load_topics(path)
+
+
+# --- the real files in ../shared/data -----------------------------------------------------------------------
+
+def test_real_scifact(shared_data):
+    folder = shared_data / "beir" / "scifact"
+    stats = ReadStats()
+    corpus = load_beir_corpus(folder / "corpus.jsonl", stats)
+    assert len(corpus) == 5183 and stats == ReadStats(5183, 0)
+    assert corpus["4983"].title.startswith("Microstructural development of human newborn cerebral white matter")
+    queries = load_beir_queries(folder / "queries.jsonl")
+    assert len(queries) == 1109 and queries["0"] == "0-dimensional biomaterials lack inductive properties."
+    qrels = load_qrels(folder / "qrels" / "test.tsv")
+    assert len(qrels) == 300 and sum(map(len, qrels.values())) == 339 and qrels["1"] == {"31715818": 1}
+    assert load_qrels(shared_data / "topics-and-qrels" / "qrels.beir-v1.0.0-scifact.test.txt") == qrels
+
+
+@pytest.mark.parametrize("name, count, qid, text", [
+    ("topics.dl19-passage.txt", 43, "156493", "do goldfish grow"),
+    ("topics.dl20.txt", 200, "1030303", "who is aziz hashim"),  # CRLF line endings
+    ("topics.msmarco-passage.dev-subset.txt", 6980, "2", "Androgen receptor define"),  # leading space stripped
+    ("topics.beir-v1.0.0-scifact.test.tsv.gz", 300, "1", "0-dimensional biomaterials show inductive properties."),
+    ("topics.beir-v1.0.0-robust04.test.tsv.gz", 249, "350",
+     "Is it hazardous to the health of individuals to\twork with computer terminals on a daily basis?"),
+])
+def test_real_topic_files(shared_data, name, count, qid, text):
+    topics = load_topics(shared_data / "topics-and-qrels" / name)
+    assert len(topics) == count and topics[qid] == text
+
+
+def test_real_dl19_qrels_are_graded(shared_data):
+    qrels = load_qrels(shared_data / "topics-and-qrels" / "qrels.dl19-passage.txt")
+    assert len(qrels) == 43 and sum(map(len, qrels.values())) == 9260
+    assert {rel for judged in qrels.values() for rel in judged.values()} == {0, 1, 2, 3}
