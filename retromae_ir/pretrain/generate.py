@@ -1,0 +1,240 @@
+"""MASTER side texts: doc2query queries (DOR) and GPT-2 continuations (GOR) for every passage of a corpus.
+
+The MASTER authors released the generated texts but not the generation step; this module is that step.
+``python -m retromae_ir.pretrain.generate --corpus corpus.jsonl --output side.jsonl`` writes one JSON line
+per document, ``{"id": ..., "queries": [...], "continuation": "..."}`` (a key is left out when its
+generator is switched off with ``none``), which ``--master-side-texts`` of pre-training reads.
+
+Generation is long, so it is resumable: finished batches are appended (flushed and fsynced) to
+``OUTPUT.partial``; a rerun skips the ids already there, dropping a torn last line, and the partial file is
+renamed onto OUTPUT only when the whole corpus is done, so OUTPUT is always complete and duplicate-free.
+Sampling is seeded per batch from (seed, first id of the batch), so a resumed run writes the same texts as
+an uninterrupted one with the same batch size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import zlib
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Iterable, Iterator, Protocol, Sequence
+
+import torch
+from tqdm import tqdm
+
+from retromae_ir.data.readers import Document, iter_beir_corpus
+
+LOG = logging.getLogger(__name__)
+DEFAULT_DOC2QUERY = "castorini/doc2query-t5-base-msmarco"
+DEFAULT_GPT2 = "gpt2"
+
+
+class SideTextGenerator(Protocol):
+    """Maps a batch of passages to one JSON value per passage, stored under ``key``."""
+
+    key: str
+
+    def __call__(self, passages: Sequence[str]) -> list: ...
+
+
+def encode(tokenizer, passages: Sequence[str], max_length: int, device) -> dict[str, torch.Tensor]:
+    """Padded ids and attention mask only (a BERT-style tokenizer's token_type_ids would upset generate)."""
+    batch = tokenizer(list(passages), truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    return {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
+
+
+@dataclass
+class QueryGenerator:
+    """doc2query: a seq2seq model samples ``num_queries`` queries per passage (top-k sampling)."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    num_queries: int = 10
+    top_k: int = 10
+    max_source_length: int = 512
+    max_query_length: int = 64
+    key: str = "queries"
+
+    @torch.no_grad()
+    def __call__(self, passages: Sequence[str]) -> list[list[str]]:
+        inputs = encode(self.tokenizer, passages, self.max_source_length, self.model.device)
+        out = self.model.generate(**inputs, do_sample=True, top_k=self.top_k, max_length=self.max_query_length,
+                                  num_return_sequences=self.num_queries)
+        texts = [t.strip() for t in self.tokenizer.batch_decode(out, skip_special_tokens=True)]
+        return [texts[i * self.num_queries:(i + 1) * self.num_queries] for i in range(len(passages))]
+
+
+@dataclass
+class ContinuationGenerator:
+    """GPT-2: a causal LM continues the passage (its last ``max_prompt_length`` tokens are the prompt)."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    top_k: int = 50
+    max_prompt_length: int = 256
+    max_new_tokens: int = 128
+    key: str = "continuation"
+
+    def __post_init__(self):
+        # Batched decoder-only generation pads on the left and keeps the end of a long passage.
+        self.tokenizer.padding_side = "left"
+        self.tokenizer.truncation_side = "left"
+        if self.tokenizer.pad_token is None:  # GPT-2 has no pad token; its eos is the usual stand-in
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+
+    @torch.no_grad()
+    def __call__(self, passages: Sequence[str]) -> list[str]:
+        inputs = encode(self.tokenizer, passages, self.max_prompt_length, self.model.device)
+        out = self.model.generate(**inputs, do_sample=True, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
+                                  pad_token_id=self.tokenizer.pad_token_id)
+        new_tokens = out[:, inputs["input_ids"].shape[1]:]
+        return [t.strip() for t in self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+
+
+def load_query_generator(name: str, device: str, **options) -> QueryGenerator:
+    """A Hugging Face seq2seq model by hub name or local path (e.g. castorini/doc2query-t5-base-msmarco)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(name).to(device).eval()
+    return QueryGenerator(model, AutoTokenizer.from_pretrained(name), **options)
+
+
+def load_continuation_generator(name: str, device: str, **options) -> ContinuationGenerator:
+    """A Hugging Face causal LM by hub name or local path (e.g. gpt2)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(name).to(device).eval()
+    return ContinuationGenerator(model, AutoTokenizer.from_pretrained(name), **options)
+
+
+def partial_path(output: Path) -> Path:
+    return output.with_name(output.name + ".partial")
+
+
+def read_done_ids(path: Path) -> list[str]:
+    """Ids of the complete records in ``path``; a torn or undecodable tail is cut off the file."""
+    if not path.exists():
+        return []
+    ids, good_end = [], 0
+    with open(path, "rb+") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                ids.append(json.loads(line)["id"])
+            except (ValueError, KeyError, TypeError):
+                break
+            good_end += len(line)
+        if good_end < handle.seek(0, os.SEEK_END):
+            LOG.warning("dropping a torn record at the end of %s (byte %d)", path, good_end)
+            handle.truncate(good_end)
+    return ids
+
+
+def batch_seed(seed: int, first_id: str) -> int:
+    """A stable per-batch seed, so a resumed run samples what the uninterrupted run would have."""
+    return zlib.crc32(f"{seed}\t{first_id}".encode())
+
+
+def pending_batches(docs: Iterable[Document], done: set[str], batch_size: int) -> Iterator[list[Document]]:
+    """Documents not yet generated, in corpus order and in batches (the reader rejects repeated ids)."""
+    stream = (doc for doc in docs if doc.docid not in done)
+    while batch := list(islice(stream, batch_size)):
+        yield batch
+
+
+def generate_side_texts(docs: Iterable[Document], output: str | os.PathLike,
+                        generators: Sequence[SideTextGenerator], batch_size: int = 16, seed: int = 42,
+                        total: int | None = None) -> int:
+    """Generate the records missing from ``output`` and publish it once complete; returns how many were written."""
+    if not generators:
+        raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
+    output = Path(output)
+    partial = partial_path(output)
+    if not partial.exists() and output.exists():
+        shutil.copyfile(output, partial)  # continue a finished file when the corpus has grown
+    done_ids = read_done_ids(partial)
+    done = set(done_ids)
+    if len(done) != len(done_ids):
+        raise ValueError(f"{partial} repeats ids; remove it and rerun")
+    LOG.info("%d documents already generated in %s", len(done), partial)
+    written = 0
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=total, initial=len(done), unit="doc",
+                                                              desc="generate") as bar:
+        for batch in pending_batches(docs, done, batch_size):
+            torch.manual_seed(batch_seed(seed, batch[0].docid))
+            records = [{"id": doc.docid} for doc in batch]
+            passages = [doc.contents for doc in batch]
+            for generator in generators:
+                for record, value in zip(records, generator(passages)):
+                    record[generator.key] = value
+            sink.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            sink.flush()
+            os.fsync(sink.fileno())
+            written += len(records)
+            bar.update(len(records))
+    os.replace(partial, output)
+    LOG.info("wrote %d new records; %s holds %d", written, output, len(done) + written)
+    return written
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m retromae_ir.pretrain.generate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", required=True, type=Path, help="BEIR corpus.jsonl (_id, title, text)")
+    p.add_argument("--output", required=True, type=Path, help="JSONL of {id, queries, continuation}")
+    p.add_argument("--doc2query-model", default=DEFAULT_DOC2QUERY, help="seq2seq model name or path; 'none' skips DOR")
+    p.add_argument("--gpt2-model", default=DEFAULT_GPT2, help="causal LM name or path; 'none' skips GOR")
+    p.add_argument("--num-queries", type=int, default=10)
+    p.add_argument("--query-top-k", type=int, default=10)
+    p.add_argument("--max-source-length", type=int, default=512, help="passage tokens given to doc2query")
+    p.add_argument("--max-query-length", type=int, default=64)
+    p.add_argument("--gpt2-top-k", type=int, default=50)
+    p.add_argument("--max-prompt-length", type=int, default=256, help="last passage tokens given to GPT-2")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="length of the GPT-2 continuation")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--log-file", type=Path, help="default: OUTPUT.log")
+    return p
+
+
+def setup_logging(log_file: Path) -> None:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[logging.FileHandler(log_file), logging.StreamHandler()], force=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.corpus.is_file():
+        raise SystemExit(f"corpus not found: {args.corpus}")
+    setup_logging(args.log_file or args.output.with_name(args.output.name + ".log"))
+    LOG.info("arguments: %s", vars(args))
+    generators: list[SideTextGenerator] = []
+    if args.doc2query_model.lower() != "none":
+        generators.append(load_query_generator(
+            args.doc2query_model, args.device, num_queries=args.num_queries, top_k=args.query_top_k,
+            max_source_length=args.max_source_length, max_query_length=args.max_query_length))
+    if args.gpt2_model.lower() != "none":
+        generators.append(load_continuation_generator(
+            args.gpt2_model, args.device, top_k=args.gpt2_top_k, max_prompt_length=args.max_prompt_length,
+            max_new_tokens=args.max_new_tokens))
+    generate_side_texts(iter_beir_corpus(args.corpus), args.output, generators, args.batch_size, args.seed,
+                        total=count_lines(args.corpus))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""MASTER side-text generation with tiny random models: record format, resume after an interruption,
+torn tails, no duplicates, identical output to an uninterrupted run.
+
+Offline tokenizers: the doc2query stand-in (a tiny T5ForConditionalGeneration) reuses MiniLM's WordPiece
+tokenizer ([PAD]=0 is T5's decoder start, [SEP] its eos); the GPT-2 stand-in gets a byte-level BPE trained
+here on a few sentences and wrapped as GPT2TokenizerFast, so the real no-pad-token path is exercised.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from retromae_ir.data.readers import Document
+from retromae_ir.pretrain import generate as gen
+
+PASSAGES = [f"passage {i} about {w} and the {w} of cells in tissue" for i, w in
+            enumerate(["proteins", "genes", "neurons", "viruses", "bacteria", "enzymes", "lipids"])]
+DOCS = [Document(f"d{i}", "", text) for i, text in enumerate(PASSAGES)]
+
+
+@pytest.fixture(scope="module")
+def query_generator(minilm_path):
+    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=tokenizer.vocab_size, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id,
+                      decoder_start_token_id=tokenizer.pad_token_id)
+    model = T5ForConditionalGeneration(config).eval()
+    return gen.QueryGenerator(model, tokenizer, num_queries=3, max_query_length=6)
+
+
+@pytest.fixture(scope="module")
+def continuation_generator():
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(PASSAGES, vocab_size=300, special_tokens=["<|endoftext|>"])
+    tokenizer = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>",
+                                  bos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    assert tokenizer.pad_token is None
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=1, n_head=2, n_positions=64,
+                        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    model = GPT2LMHeadModel(config).eval()
+    return gen.ContinuationGenerator(model, tokenizer, max_prompt_length=12, max_new_tokens=5)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_records_hold_queries_and_continuation(tmp_path, query_generator, continuation_generator):
+    out = tmp_path / "side.jsonl"
+    n = gen.generate_side_texts(DOCS, out, [query_generator, continuation_generator], batch_size=3)
+    records = read_jsonl(out)
+    assert n == 7 and [r["id"] for r in records] == [d.docid for d in DOCS]
+    assert all(set(r) == {"id", "queries", "continuation"} for r in records)
+    assert all(len(r["queries"]) == 3 and all(isinstance(q, str) for q in r["queries"]) for r in records)
+    assert all(isinstance(r["continuation"], str) for r in records)
+    assert not gen.partial_path(out).exists()
+
+
+def test_switched_off_generator_leaves_its_key_out(tmp_path, continuation_generator):
+    out = tmp_path / "side.jsonl"
+    gen.generate_side_texts(DOCS[:2], out, [continuation_generator], batch_size=2)
+    assert [set(r) for r in read_jsonl(out)] == [{"id", "continuation"}] * 2
+
+
+def test_interrupted_run_resumes_to_the_same_file(tmp_path, query_generator, continuation_generator):
+    generators = [query_generator, continuation_generator]
+    reference = tmp_path / "reference.jsonl"
+    gen.generate_side_texts(DOCS, reference, generators, batch_size=2, seed=7)
+    assert len({q for r in read_jsonl(reference) for q in r["queries"]}) > 10  # real, varied samples
+
+    class Interrupt(Exception):
+        pass
+
+    calls = {"n": 0}
+
+    def failing(passages):
+        calls["n"] += 1
+        if calls["n"] == 3:  # third batch: two batches (4 docs) are already on disk
+            raise Interrupt
+        return continuation_generator(passages)
+
+    failing.key = continuation_generator.key
+    out = tmp_path / "side.jsonl"
+    with pytest.raises(Interrupt):
+        gen.generate_side_texts(DOCS, out, [query_generator, failing], batch_size=2, seed=7)
+    partial = gen.partial_path(out)
+    assert not out.exists()
+    assert [r["id"] for r in read_jsonl(partial)] == ["d0", "d1", "d2", "d3"]
+    with open(partial, "a") as handle:  # a record torn by a kill in the middle of a write
+        handle.write('{"id": "d4", "queries": ["half')
+
+    written = gen.generate_side_texts(DOCS, out, generators, batch_size=2, seed=7)
+    assert written == 3
+    assert out.read_text() == reference.read_text()
+    assert gen.generate_side_texts(DOCS, out, generators, batch_size=2, seed=7) == 0
+    assert out.read_text() == reference.read_text()
