@@ -1,0 +1,133 @@
+"""EncoderModel: one checkpoint + card -> query/passage representations (Tevatron-style encode_query/encode_passage).
+
+Subclasses (``dense.py``, ``dupmae.py``) only say how a padded batch becomes (dense, sparse) tensors;
+batching, length sorting, bf16 autocast, top-k and the conversion to numpy/scipy live here once.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse
+import torch
+from tqdm import tqdm
+
+from retromae_ir.encode.cards import CardError, EncoderCard, load_card
+from retromae_ir.encode.representation import dense_representation
+
+logger = logging.getLogger(__name__)
+PROJECTION_FILE = "projection.safetensors"
+
+
+@dataclasses.dataclass
+class Encoded:
+    """A batch of representations: dense [B, d'] float32 and (DupMAE) sparse CSR [B, V] float32 >= 0."""
+
+    dense: np.ndarray
+    sparse: scipy.sparse.csr_matrix | None = None
+
+    def __len__(self) -> int:
+        return self.dense.shape[0]
+
+
+def load_projection(checkpoint: str, hidden_size: int, dims: int) -> torch.nn.Linear | None:
+    """W_cls from ``projection.safetensors`` (weight [d', d], optional bias); None means identity (d' = d)."""
+    path = Path(checkpoint) / PROJECTION_FILE
+    if not path.is_file():
+        if dims != hidden_size:
+            raise CardError(f"card asks for dims={dims} but {checkpoint} has hidden size {hidden_size} and no "
+                            f"{PROJECTION_FILE}: set dims: {hidden_size} or use a fine-tuned checkpoint with W_cls")
+        return None
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    weight = tensors["weight"]
+    if tuple(weight.shape) != (dims, hidden_size):
+        raise CardError(f"{path}: weight has shape {tuple(weight.shape)}, the card needs ({dims}, {hidden_size})")
+    layer = torch.nn.Linear(hidden_size, dims, bias="bias" in tensors)
+    layer.load_state_dict(tensors)
+    return layer
+
+
+class EncoderModel(torch.nn.Module):
+    """Base class: subclasses implement ``from_checkpoint`` and ``represent``."""
+
+    def __init__(self, card: EncoderCard, tokenizer, projection: torch.nn.Module | None):
+        super().__init__()
+        self.card = card
+        self.tokenizer = tokenizer
+        self.projection = projection
+        self.bf16 = False
+        self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
+
+    @classmethod
+    def from_card(cls, card: EncoderCard | str, device: str | None = None, bf16: bool = False) -> "EncoderModel":
+        """The right subclass for the card's kind, loaded, in eval mode, on ``device``."""
+        from retromae_ir.encode import MODEL_CLASSES
+
+        card = load_card(card)
+        model = MODEL_CLASSES[card.kind].from_checkpoint(card)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = model.to(device).eval()
+        model.bf16 = bf16
+        return model
+
+    @classmethod
+    def from_checkpoint(cls, card: EncoderCard) -> "EncoderModel":
+        raise NotImplementedError
+
+    def represent(self, input_ids, attention_mask, k: int | None):
+        """(dense [B, d'], sparse [B, V] with at most k non-zeros per row, or None) as float tensors."""
+        raise NotImplementedError
+
+    def _dense(self, pooled: torch.Tensor) -> torch.Tensor:
+        return dense_representation(pooled, self.projection, self.card.normalize)
+
+    @property
+    def device(self) -> torch.device:
+        return self.special_ids.device
+
+    def encode_query(self, texts: list[str], batch_size: int = 64) -> Encoded:
+        return self.encode(texts, self.card.max_query_length, self.card.query_k, batch_size)
+
+    def encode_passage(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> Encoded:
+        return self.encode(texts, self.card.max_passage_length, self.card.k, batch_size, progress)
+
+    @torch.inference_mode()
+    def encode(self, texts: list[str], max_length: int, k: int | None, batch_size: int = 64,
+               progress: bool = False) -> Encoded:
+        """Encode in batches of similar length (less padding), returning rows in the input order."""
+        if not texts:
+            raise ValueError("nothing to encode: the list of texts is empty")
+        ids = self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+        order = np.argsort([-len(row) for row in ids], kind="stable")
+        dense, sparse = [None] * len(texts), []
+        autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16
+                    else contextlib.nullcontext())
+        for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="encode", unit="batch"):
+            rows = order[start:start + batch_size]
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt").to(self.device)
+            with autocast:
+                d, s = self.represent(batch["input_ids"], batch["attention_mask"], k)
+            d = d.float().cpu().numpy()
+            for j, i in enumerate(rows):
+                dense[i] = d[j]
+            if s is not None:
+                sparse.append((rows, _to_csr(s)))
+        out = Encoded(np.stack(dense).astype(np.float32, copy=False))
+        if sparse:
+            rows = np.concatenate([r for r, _ in sparse])
+            stacked = scipy.sparse.vstack([m for _, m in sparse], format="csr")
+            out.sparse = stacked[np.argsort(rows, kind="stable")]
+        return out
+
+
+def _to_csr(weights: torch.Tensor) -> scipy.sparse.csr_matrix:
+    weights = weights.float()
+    rows, cols = torch.nonzero(weights, as_tuple=True)
+    values = weights[rows, cols].cpu().numpy().astype(np.float32)
+    return scipy.sparse.csr_matrix((values, (rows.cpu().numpy(), cols.cpu().numpy())), shape=tuple(weights.shape))
+

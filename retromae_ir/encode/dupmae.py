@@ -1,0 +1,60 @@
+"""DupMAE (RetroMAE v2): [CLS] dense vector plus the top-k ordinary-token (OT) vector (paper Eq. 10-12)."""
+from __future__ import annotations
+
+import logging
+
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from retromae_ir.encode.base import EncoderModel, load_projection
+from retromae_ir.encode.representation import (max_pool_logits, ordinary_token_mask, pool,
+                                               sparse_representation, top_k)
+
+logger = logging.getLogger(__name__)
+
+
+class DupMAEEncoderModel(EncoderModel):
+    """Masked-LM checkpoint: the encoder gives [CLS] -> W_cls; its tied LM head gives the OT vector."""
+
+    def __init__(self, card, mlm, tokenizer, projection):
+        super().__init__(card, tokenizer, projection)
+        self.mlm = mlm
+
+    @classmethod
+    def from_checkpoint(cls, card):
+        path = card.checkpoint_path()
+        mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+        missing = [key for key in info["missing_keys"] if not key.startswith(mlm.base_model_prefix + ".")]
+        if missing:
+            _identity_head(mlm, missing, path)
+        projection = load_projection(path, mlm.config.hidden_size, card.dims)
+        return cls(card, mlm, AutoTokenizer.from_pretrained(path), projection)
+
+    @property
+    def lm_head(self) -> torch.nn.Module:
+        return self.mlm.cls if hasattr(self.mlm, "cls") else self.mlm.lm_head
+
+    def represent(self, input_ids, attention_mask, k=None):
+        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        dense = self._dense(pool(hidden, attention_mask, self.card.pooling))
+        tokens = ordinary_token_mask(input_ids, attention_mask, self.special_ids)
+        sparse = sparse_representation(max_pool_logits(self.lm_head, hidden, tokens), self.card.activation)
+        return dense, top_k(sparse, k)
+
+
+def _identity_head(mlm, missing: list[str], path: str) -> None:
+    """A checkpoint without an MLM head (e.g. the packaged MiniLM): make the head deterministic instead of random,
+    so documents and queries encoded in different processes agree. Transform = identity, LayerNorm = plain
+    normalisation, bias = 0; the decoder stays tied to the word embeddings."""
+    logger.warning("%s has no trained MLM head (%d missing weights): using a deterministic identity transform "
+                   "over the tied word embeddings; fine for development, not a trained DupMAE", path, len(missing))
+    with torch.no_grad():
+        for name, param in mlm.named_parameters():
+            if name not in missing:
+                continue
+            if name.endswith("dense.weight"):
+                param.copy_(torch.eye(*param.shape))
+            elif name.endswith("LayerNorm.weight"):
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
