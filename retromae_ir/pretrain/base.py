@@ -27,6 +27,7 @@ from retromae_ir.io import atomic_write
 from retromae_ir.pretrain.arguments import MaskingArguments
 from retromae_ir.pretrain.backbone import Backbone, load_backbone
 from retromae_ir.pretrain.collate import Segment
+from retromae_ir.pretrain.masking import IGNORE_INDEX
 
 ENCODER_PREFIX = "encoder."
 DECODERS_FILE = "decoders.safetensors"
@@ -72,9 +73,10 @@ class PretrainModel(nn.Module, ABC):
     def encode(self, batch: dict) -> EncoderOutput:
         """Masked encoder pass with MLM loss (batch keys from ``EncoderMLMCollator``)."""
         out = self.encoder(input_ids=batch["encoder_input_ids"], attention_mask=batch["attention_mask"],
-                           labels=batch["encoder_labels"], output_hidden_states=True)
+                           output_hidden_states=True)
         hidden = out.hidden_states[-1]
-        return EncoderOutput(cls=hidden[:, 0], hidden=hidden, logits=out.logits, mlm_loss=out.loss)
+        return EncoderOutput(cls=hidden[:, 0], hidden=hidden, logits=out.logits,
+                             mlm_loss=token_cross_entropy(out.logits, batch["encoder_labels"]))
 
     @abstractmethod
     def losses(self, batch: dict, encoded: EncoderOutput) -> dict[str, torch.Tensor]:
@@ -129,6 +131,14 @@ class PretrainModel(nn.Module, ABC):
         if decoders is not None and decoders.is_file():
             model.load_decoders(decoders)
         return model
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the labelled tokens (label != -100), in fp32; 0 (not NaN) when none are labelled."""
+    labelled = labels != IGNORE_INDEX
+    if not bool(labelled.any()):
+        return logits.sum() * 0.0
+    return nn.functional.cross_entropy(logits[labelled].float(), labels[labelled])
 
 
 def _plain(value: Any) -> Any:
