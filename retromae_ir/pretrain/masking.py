@@ -41,12 +41,15 @@ def word_ids(input_ids: torch.Tensor, ordinary: torch.Tensor, continuation: torc
     return torch.where(ordinary, index, torch.full_like(index, -1))
 
 
-def sample_whole_words(words: torch.Tensor, ratio: float, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_whole_words(words: torch.Tensor, ratio: float, generator: torch.Generator | None = None,
+                       weights: torch.Tensor | None = None) -> torch.Tensor:
     """Select whole words at random until about ``ratio`` of the ordinary tokens are covered.
 
     ``words`` is [..., L] from :func:`word_ids`. Words are taken in a random order while the running token
     count stays within ``round(ratio * n)``; the first word is always taken so a non-empty row is never left
     without a selection. Returns a bool [..., L] mask, False on special tokens and padding.
+    ``weights`` ([..., L], > 0, indexed like the word slots of ``words``) makes the order weighted sampling
+    without replacement (Efraimidis-Spirakis keys); None keeps every word equally likely.
     """
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"mask ratio must be within [0, 1], got {ratio}")
@@ -55,7 +58,10 @@ def sample_whole_words(words: torch.Tensor, ratio: float, generator: torch.Gener
     slot = words.clamp(min=0)
     sizes = torch.zeros(words.shape, dtype=torch.long, device=words.device).scatter_add_(-1, slot, valid.long())
     keys = torch.rand(words.shape, generator=generator, device=_gen_device(generator, words.device))
-    keys = keys.to(words.device).masked_fill(sizes == 0, 2.0)  # empty word slots sort last
+    keys = keys.to(words.device)
+    if weights is not None:  # -log(1-u)/w: monotone in u, so equal weights give the unweighted order
+        keys = -torch.log1p(-keys) / weights
+    keys = keys.masked_fill(sizes == 0, float("inf"))  # empty word slots sort last
     order = keys.argsort(dim=-1)
     running = sizes.gather(-1, order).cumsum(-1)
     target = torch.round(valid.sum(-1, keepdim=True) * ratio).long()
