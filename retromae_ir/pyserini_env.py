@@ -207,6 +207,13 @@ def _patch_jvm(module) -> None:
     module.configure_classpath = configure_classpath
 
 
+# Pyserini module -> function of retromae_ir.encode.pyserini_registry run on it once it has executed.
+_ENCODER_REGISTRATIONS = {
+    "pyserini.encode": "register_encoders",
+    "pyserini.search.lucene._impact_searcher": "register_impact_encoder",
+}
+
+
 class _PatchingLoader(importlib.abc.Loader):
     """Wraps the real loader of one Pyserini module and adjusts the module after (or while) it runs."""
 
@@ -231,15 +238,20 @@ class _PatchingLoader(importlib.abc.Loader):
             _patch_jvm(module)
         elif self.fullname == "pyserini.search._base":
             module._load_mapping = _offline_mapping_load(module._load_mapping)
+        elif self.fullname in _ENCODER_REGISTRATIONS:  # our encoders, by name, in Pyserini's CLIs
+            from retromae_ir.encode import pyserini_registry
+
+            getattr(pyserini_registry, _ENCODER_REGISTRATIONS[self.fullname])(module)
 
     def get_source(self, fullname):  # lets tracebacks and inspect show the real source
         return self.wrapped.get_source(fullname)
 
 
 class PyseriniStartupFinder(importlib.abc.MetaPathFinder):
-    """Selects Java before the first import of Pyserini or pyjnius, and patches three Pyserini modules."""
+    """Selects Java before the first import of Pyserini or pyjnius, patches three Pyserini modules and registers
+    our encoders in two more."""
 
-    PATCHED = ("pyserini._jvm", "pyserini.prebuilt_index_info", "pyserini.search._base")
+    PATCHED = ("pyserini._jvm", "pyserini.prebuilt_index_info", "pyserini.search._base", *_ENCODER_REGISTRATIONS)
     TRIGGERS = ("pyserini", "jnius", "jnius_config")
 
     def __init__(self):

@@ -1,0 +1,138 @@
+"""Our encoders as Pyserini encoder classes, registered in Pyserini's encoder maps by name.
+
+Encoder names: ``retromae_ir:<card>`` (dense vectors, numpy) and ``retromae_ir-sparse:<card>`` (DupMAE OT
+vectors, ``{token: int}`` quantised with the card's scale), where <card> is a card name or path. The start-up
+hook (retromae_ir/pyserini_env.py) calls ``register_encoders`` right after ``pyserini.encode`` is imported and
+``register_impact_encoder`` after ``pyserini.search.lucene._impact_searcher``, so ``python -m pyserini.encode``,
+``pyserini.search.faiss``, ``pyserini.search.hybrid`` and ``pyserini.search.lucene --impact`` accept these names
+without edits to Pyserini. Pyserini matches names by substring in dict order, so ours go first.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from pyserini.encode import DocumentEncoder, QueryEncoder
+
+DENSE_PREFIX = "retromae_ir:"
+SPARSE_PREFIX = "retromae_ir-sparse:"
+
+
+def card_of(encoder_name: str) -> str:
+    """The card name or path inside an encoder name such as ``retromae_ir:dupmae-minilm``."""
+    for prefix in (SPARSE_PREFIX, DENSE_PREFIX):
+        if encoder_name.startswith(prefix):
+            return encoder_name[len(prefix):]
+    raise ValueError(f"{encoder_name!r} is not a retromae_ir encoder name ({DENSE_PREFIX}CARD or {SPARSE_PREFIX}CARD)")
+
+
+@functools.lru_cache(maxsize=4)
+def _model(encoder_name: str, device: str):
+    """One loaded model per (card, device) and process: Pyserini's hybrid CLI builds both sides."""
+    from retromae_ir.encode.base import EncoderModel
+
+    return EncoderModel.from_card(card_of(encoder_name), device=_device(device))
+
+
+def _device(device) -> str:
+    import torch
+
+    device = str(device or "cpu")
+    return device if device.startswith("cpu") or torch.cuda.is_available() else "cpu"
+
+
+def sparse_dicts(model, matrix, scale: float) -> list[dict[str, int]]:
+    """CSR rows -> Pyserini's ``{token: int}`` impacts; entries that quantise to 0 are dropped."""
+    from retromae_ir.encode.representation import quantize
+
+    vocab = model.tokenizer.convert_ids_to_tokens(list(range(matrix.shape[1])))
+    out = []
+    for row in range(matrix.shape[0]):
+        start, end = matrix.indptr[row], matrix.indptr[row + 1]
+        impacts = quantize(matrix.data[start:end], scale).astype(np.int64)
+        out.append({vocab[i]: int(w) for i, w in zip(matrix.indices[start:end], impacts) if w > 0})
+    return out
+
+
+class _Base:
+    sparse = False
+
+    def __init__(self, encoder_name: str, device="cpu"):
+        self.model = _model(encoder_name, _device(device))
+        self.card = self.model.card
+        if self.sparse and not self.card.sparse:
+            raise ValueError(f"card {self.card.name!r} (kind {self.card.kind}) has no sparse side")
+
+
+class RetroMAEDocumentEncoder(_Base, DocumentEncoder):
+    """Dense passage vectors, float32 [B, d'] (Pyserini's DocumentEncoder convention)."""
+
+    def __init__(self, model_name: str, device="cpu", **_):
+        super().__init__(model_name, device)
+
+    def encode(self, texts, titles=None, batch_size: int = 64, **_):
+        if titles is not None:
+            texts = [f"{title} {text}".strip() for title, text in zip(titles, texts)]
+        return self.model.encode_passage(list(texts), batch_size).dense
+
+
+class RetroMAEQueryEncoder(_Base, QueryEncoder):
+    """Dense query vector [d'] (Pyserini's QueryEncoder convention)."""
+
+    def __init__(self, encoder_dir: str, device="cpu", **_):
+        super().__init__(encoder_dir, device)
+
+    def encode(self, query: str, **_):
+        return self.model.encode_query([query]).dense[0]
+
+
+class RetroMAESparseDocumentEncoder(RetroMAEDocumentEncoder):
+    """DupMAE OT passage vectors as ``{token: int}`` (top-k, quantised), like Pyserini's SPLADE encoder."""
+
+    sparse = True
+
+    def encode(self, texts, titles=None, batch_size: int = 64, **_):
+        if titles is not None:
+            texts = [f"{title} {text}".strip() for title, text in zip(titles, texts)]
+        return sparse_dicts(self.model, self.model.encode_passage(list(texts), batch_size).sparse, self.card.scale)
+
+
+class RetroMAESparseQueryEncoder(RetroMAEQueryEncoder):
+    """DupMAE OT query vector as ``{token: int}``, what LuceneImpactSearcher sends to Lucene."""
+
+    sparse = True
+
+    def encode(self, query: str, **_):
+        return sparse_dicts(self.model, self.model.encode_query([query]).sparse, self.card.scale)[0]
+
+
+def _put_first(mapping: dict, entries: dict) -> None:
+    rest = {key: value for key, value in mapping.items() if key not in entries}
+    mapping.clear()
+    mapping.update(entries)
+    mapping.update(rest)
+
+
+def register_encoders(encode_module) -> None:
+    """Put our classes first in ``document_encoder_class_map`` / ``query_encoder_class_map`` (same dict objects
+    the encode/faiss/hybrid CLIs imported). The sparse prefix must precede the dense one it contains."""
+    _put_first(encode_module.document_encoder_class_map,
+               {SPARSE_PREFIX: RetroMAESparseDocumentEncoder, DENSE_PREFIX: RetroMAEDocumentEncoder})
+    _put_first(encode_module.query_encoder_class_map,
+               {SPARSE_PREFIX: RetroMAESparseQueryEncoder, DENSE_PREFIX: RetroMAEQueryEncoder})
+
+
+def register_impact_encoder(impact_module) -> None:
+    """Let LuceneImpactSearcher (``--impact --encoder retromae_ir-sparse:CARD``) build our sparse query encoder."""
+    cls = impact_module.LuceneImpactSearcher
+    original = cls._init_query_encoder_from_str
+    if getattr(original, "_retromae_ir", False):
+        return
+
+    def _init_query_encoder_from_str(query_encoder):
+        if isinstance(query_encoder, str) and query_encoder.startswith((SPARSE_PREFIX, DENSE_PREFIX)):
+            return RetroMAESparseQueryEncoder(query_encoder)
+        return original(query_encoder)
+
+    _init_query_encoder_from_str._retromae_ir = True
+    cls._init_query_encoder_from_str = staticmethod(_init_query_encoder_from_str)
