@@ -1,0 +1,145 @@
+"""Keyword-weighted whole-word masking for MASTER's MKP and NPR decoders (MASTER section 4.2).
+
+The paper masks words with a probability from TF-IDF weights, so rare words (keywords) are masked most;
+the authors' code samples whole words with weight 1 / corpus frequency until the mask ratio is reached.
+Both are offered (``icf``, the default, and ``tfidf``). The weights need corpus statistics, counted once by
+``python -m retromae_ir.pretrain.corpus_stats`` and saved as JSON, then reused by every pre-training run.
+
+A word is what ``masking.word_ids`` groups (a WordPiece token and its ``##`` continuations); its string is
+the pieces joined without ``##``, so the counts are the same words the collator masks.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from retromae_ir.io import atomic_write
+from retromae_ir.pretrain.collate import TokenTables, pad_batch
+from retromae_ir.pretrain.masking import sample_whole_words
+
+STATS_FORMAT = "retromae_ir.corpus_stats"
+WEIGHTINGS = ("icf", "tfidf")
+
+
+class CorpusStatsError(ValueError):
+    """A statistics file that is missing, malformed or made with another vocabulary."""
+
+
+def word_strings(tokens: Sequence[str], words: Sequence[int]) -> list[str]:
+    """The string of each word index (0..n-1) of one row, from its tokens and ``word_ids`` row (-1 = none)."""
+    pieces: list[list[str]] = []
+    for token, word in zip(tokens, words):
+        if word < 0:
+            continue
+        if word == len(pieces):
+            pieces.append([])
+        pieces[word].append(token.removeprefix("##"))
+    return ["".join(p) for p in pieces]
+
+
+def batch_word_strings(input_ids: torch.Tensor, words: torch.Tensor, tokenizer) -> list[list[str]]:
+    """:func:`word_strings` for every row of a [B, L] batch."""
+    return [word_strings(tokenizer.convert_ids_to_tokens(ids), row)
+            for ids, row in zip(input_ids.tolist(), words.tolist())]
+
+
+@dataclass
+class CorpusStats:
+    """Per-word corpus frequency (cf) and document frequency (df) of a corpus under one tokenizer."""
+
+    tokenizer: str
+    vocab_size: int
+    num_docs: int = 0
+    num_words: int = 0
+    cf: Counter = field(default_factory=Counter)
+    df: Counter = field(default_factory=Counter)
+
+    def add_document(self, words: Sequence[str]) -> None:
+        self.num_docs += 1
+        self.num_words += len(words)
+        self.cf.update(words)
+        self.df.update(set(words))
+
+    def save(self, path: str | Path) -> None:
+        body = {"format": STATS_FORMAT, "version": 1, "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
+                "num_docs": self.num_docs, "num_words": self.num_words,
+                "words": {w: [c, self.df[w]] for w, c in self.cf.most_common()}}
+        with atomic_write(path) as handle:
+            json.dump(body, handle, ensure_ascii=False)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CorpusStats":
+        try:
+            body = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise CorpusStatsError(f"cannot read corpus statistics {path}: {error}") from error
+        if not isinstance(body, dict) or body.get("format") != STATS_FORMAT:
+            raise CorpusStatsError(f"{path} is not a corpus statistics file (python -m retromae_ir.pretrain.corpus_stats)")
+        words = body["words"]
+        return cls(body["tokenizer"], body["vocab_size"], body["num_docs"], body["num_words"],
+                   Counter({w: c for w, (c, _) in words.items()}), Counter({w: d for w, (_, d) in words.items()}))
+
+
+def count_corpus(texts: Iterable[str], tokenizer, name: str, batch_size: int = 256) -> CorpusStats:
+    """Count every word of every text (untruncated), grouped into words exactly as the collators do."""
+    tables = TokenTables(tokenizer)
+    stats = CorpusStats(name, tables.vocab_size)
+    batch: list[str] = []
+
+    def flush():
+        ids = tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]
+        input_ids, _ = pad_batch(ids, tokenizer)
+        for row in batch_word_strings(input_ids, tables.words(input_ids), tokenizer):
+            stats.add_document(row)
+        batch.clear()
+
+    for text in texts:
+        batch.append(text)
+        if len(batch) == batch_size:
+            flush()
+    if batch:
+        flush()
+    return stats
+
+
+class KeywordWeighting:
+    """Masking weight of each word of a text: ``icf`` = 1 / cf (unseen words count as cf = 1), or ``tfidf`` =
+    tf in the text x (ln((1 + N) / (1 + df)) + 1) (smoothed idf, always > 0)."""
+
+    def __init__(self, stats: CorpusStats, scheme: str = "icf"):
+        if scheme not in WEIGHTINGS:
+            raise ValueError(f"keyword weighting must be one of {WEIGHTINGS}, got {scheme!r}")
+        self.stats = stats
+        self.scheme = scheme
+
+    def weights(self, words: Sequence[str]) -> list[float]:
+        if self.scheme == "icf":
+            return [1.0 / max(self.stats.cf.get(w, 0), 1) for w in words]
+        tf = Counter(words)
+        n = self.stats.num_docs
+        return [tf[w] * (math.log((1 + n) / (1 + self.stats.df.get(w, 0))) + 1.0) for w in words]
+
+
+class KeywordMasker:
+    """Selects whole words of a batch for masking, rare words first, until ``ratio`` of the tokens are chosen."""
+
+    def __init__(self, tables: TokenTables, weighting: KeywordWeighting):
+        if weighting.stats.vocab_size != tables.vocab_size:
+            raise CorpusStatsError(f"corpus statistics were counted with a {weighting.stats.vocab_size}-token "
+                                   f"vocabulary ({weighting.stats.tokenizer}); this tokenizer has {tables.vocab_size}")
+        self.tables = tables
+        self.weighting = weighting
+
+    def __call__(self, input_ids: torch.Tensor, ratio: float, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Bool [B, L] selection (never special tokens or padding)."""
+        words = self.tables.words(input_ids)
+        weights = torch.ones(input_ids.shape, dtype=torch.float64)
+        for i, row in enumerate(batch_word_strings(input_ids, words, self.tables.tokenizer)):
+            weights[i, :len(row)] = torch.tensor(self.weighting.weights(row), dtype=torch.float64)
+        return sample_whole_words(words, ratio, generator, weights=weights.to(input_ids.device))
