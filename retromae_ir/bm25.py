@@ -9,10 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -27,12 +26,11 @@ MANIFEST = "retromae_ir-manifest.json"
 
 @dataclass(frozen=True)
 class BM25Params:
-    """Pyserini's BEIR flat defaults: k1 0.9, b 0.4, 1000 hits, the query's own document removed."""
+    """Pyserini's BEIR flat defaults: k1 0.9, b 0.4, 1000 hits."""
 
     k1: float = 0.9
     b: float = 0.4
     hits: int = 1000
-    remove_self_hits: bool = True
 
 
 def corpus_fingerprint(corpus: Path) -> dict:
@@ -97,21 +95,26 @@ class BM25Searcher:
 
     def search(self, queries: dict[str, str], batch_size: int = 256) -> dict[str, dict[str, float]]:
         """``{qid: {docid: score}}`` with at most ``params.hits`` documents per query."""
-        extra = 1 if self.params.remove_self_hits else 0
         qids = list(queries)
         run: dict[str, dict[str, float]] = {}
         for start in tqdm(range(0, len(qids), batch_size), desc="bm25 search", unit="batch"):
             batch = qids[start:start + batch_size]
             hits = self.searcher.batch_search([queries[q] for q in batch], batch,
-                                              k=self.params.hits + extra, threads=self.threads)
-            for qid in batch:
-                kept = [h for h in hits[qid] if not (self.params.remove_self_hits and h.docid == qid)]
-                run[qid] = {h.docid: float(h.score) for h in kept[:self.params.hits]}
+                                              k=self.params.hits, threads=self.threads)
+            run.update({qid: {h.docid: float(h.score) for h in hits[qid]} for qid in batch})
         return run
 
-    def describe(self) -> dict:
-        return asdict(self.params)
 
+class BM25Retriever:
+    """The BEIR suite's BM25 retriever: one index per BEIR part under ``index_root``, built on first use."""
 
-def default_index_root() -> Path:
-    return Path(os.environ.get("RETROMAE_IR_INDEXES", "indexes"))
+    name = "bm25"
+
+    def __init__(self, index_root: Path, params: BM25Params = BM25Params(), threads: int = 2):
+        self.index_root = Path(index_root)
+        self.params = params
+        self.threads = threads
+
+    def retrieve(self, part, folder: Path, queries: dict[str, str]) -> dict[str, dict[str, float]]:
+        index = build_index(Path(folder) / "corpus.jsonl", self.index_root / part.name, self.threads)
+        return BM25Searcher(index, self.params, self.threads).search(queries)

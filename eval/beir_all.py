@@ -1,0 +1,54 @@
+"""Evaluate a retriever on the BEIR datasets: ``python eval/beir_all.py --retriever bm25 [--datasets scifact ...]``.
+
+Thin front end over :mod:`retromae_ir.evaluate.beir_suite`: writes ``runs/<retriever>/beir-<dataset>.trec``, a
+results table (markdown + CSV), a bar chart and a log. Datasets whose run file exists are re-scored, not re-run,
+unless ``--force``. Datasets that cannot be resolved are listed with the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from retromae_ir.bm25 import BM25Params, BM25Retriever
+from retromae_ir.data.beir import BEIR_DATASETS
+from retromae_ir.evaluate.beir_suite import BeirSuite, write_results
+from retromae_ir.evaluate.report import format_markdown
+from retromae_ir.logs import setup_logging
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--retriever", choices=["bm25"], default="bm25")
+    parser.add_argument("--datasets", nargs="+", choices=list(BEIR_DATASETS), metavar="NAME",
+                        help="default: all 18 (those that cannot be resolved are listed, not fatal)")
+    parser.add_argument("--data-dir", type=Path, help="folder holding <dataset>/corpus.jsonl (before $RETROMAE_IR_DATA)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="runs go to RUNS_DIR/<retriever>/")
+    parser.add_argument("--index-dir", type=Path, default=Path("indexes"), help="indexes go to INDEX_DIR/<retriever>/")
+    parser.add_argument("--no-download", action="store_true", help="never download; list missing datasets instead")
+    parser.add_argument("--force", action="store_true", help="re-run datasets that already have a run file")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--k1", type=float, default=BM25Params.k1)
+    parser.add_argument("--b", type=float, default=BM25Params.b)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out_dir = args.runs_dir / args.retriever
+    setup_logging(out_dir / "beir.log")
+    retriever = BM25Retriever(args.index_dir / args.retriever, BM25Params(args.k1, args.b), args.threads)
+    suite = BeirSuite(retriever, out_dir, args.data_dir, force=args.force, download=not args.no_download)
+    results = suite.run(args.datasets)
+    frame = write_results(results, retriever.name, out_dir)
+    print(format_markdown(frame) if len(frame) else "no dataset could be evaluated")
+    for result in results:
+        if result.status == "missing":
+            print(f"not evaluated: {result.dataset}: {result.reason}")
+    print(f"tables: {out_dir / 'beir-results.md'}, {out_dir / 'beir-results.csv'}; log: {out_dir / 'beir.log'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Evaluate one retriever over BEIR datasets: resolve, retrieve, write runs, score, tabulate.
+
+A retriever is anything with a ``name`` and ``retrieve(part, folder, queries, drop_self_hits) -> run``; the suite
+owns everything around it (data resolution, run files, skipping finished datasets, cqadupstack averaging,
+tables), so BM25 and the neural encoders share it.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+
+from retromae_ir.data.beir import BEIR_DATASETS, BeirPart, DatasetUnavailable, get_beir_dataset, resolve_beir
+from retromae_ir.data.readers import load_beir_queries, load_qrels
+from retromae_ir.evaluate.metrics import evaluate_run, remove_self_hits
+from retromae_ir.evaluate.references import REFERENCE_COLUMNS
+from retromae_ir.evaluate.report import write_bar_chart, write_table
+from retromae_ir.evaluate.runs import read_trec_run, write_trec_run
+
+logger = logging.getLogger(__name__)
+
+SUITE_METRICS = ("ndcg@10", "recall@100")
+Run = dict[str, dict[str, float]]
+
+
+class Retriever(Protocol):
+    name: str
+
+    def retrieve(self, part: BeirPart, folder: Path, queries: dict[str, str]) -> Run:
+        """Top documents for each query of ``part`` (its BEIR files are in ``folder``)."""
+
+
+@dataclass
+class DatasetResult:
+    dataset: str
+    status: str  # "ok", "reused" or "missing"
+    metrics: dict[str, float] = field(default_factory=dict)
+    queries: int = 0
+    reason: str = ""
+
+
+def judged_queries(folder: Path, split: str) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """The split's judged queries and their qrels (BEIR's queries.jsonl holds every split's queries)."""
+    qrels = load_qrels(folder / "qrels" / f"{split}.tsv")
+    queries = load_beir_queries(folder / "queries.jsonl")
+    missing = sorted(set(qrels) - set(queries))
+    if missing:
+        raise ValueError(f"{folder / 'queries.jsonl'}: {len(missing)} judged queries have no text, e.g. {missing[0]!r}")
+    return {qid: queries[qid] for qid in qrels}, qrels
+
+
+class BeirSuite:
+    """Runs ``retriever`` over datasets, writing ``runs_dir/beir-<part>.trec`` and the results tables."""
+
+    def __init__(self, retriever: Retriever, runs_dir: Path, data_dir: Path | None = None,
+                 force: bool = False, download: bool = True):
+        self.retriever = retriever
+        self.runs_dir = Path(runs_dir)
+        self.data_dir = data_dir
+        self.force = force
+        self.download = download
+
+    def run_part(self, part: BeirPart, folder: Path, drop_self_hits: bool) -> tuple[dict[str, float], int, bool]:
+        """Metrics of one part (reusing its run file unless ``force``), its query count, and whether it was reused."""
+        queries, qrels = judged_queries(part.folder(folder), part.split)
+        run_path = self.runs_dir / f"beir-{part.name}.trec"
+        reused = run_path.is_file() and not self.force
+        if reused:
+            logger.info("%s: reusing %s (pass --force to redo)", part.name, run_path)
+            run = read_trec_run(run_path)
+        else:
+            run = self.retriever.retrieve(part, part.folder(folder), queries)
+            if drop_self_hits:
+                run = remove_self_hits(run)
+            write_trec_run(run_path, run, tag=self.retriever.name[:12])
+        return evaluate_run(run, qrels, SUITE_METRICS), len(queries), reused
+
+    def run_dataset(self, name: str) -> DatasetResult:
+        dataset = get_beir_dataset(name)
+        try:
+            folder = resolve_beir(name, self.data_dir, download=self.download)
+        except DatasetUnavailable as exc:
+            logger.warning("%s: skipped: %s", name, exc)
+            return DatasetResult(name, "missing", reason=str(exc))
+        parts = [self.run_part(part, folder, dataset.drop_self_hits) for part in dataset.parts]
+        # cqadupstack: BEIR reports the mean of its subforums' scores
+        metrics = {m: sum(p[0][m] for p in parts) / len(parts) for m in SUITE_METRICS}
+        status = "reused" if all(p[2] for p in parts) else "ok"
+        return DatasetResult(name, status, metrics, sum(p[1] for p in parts))
+
+    def run(self, names: list[str] | None = None) -> list[DatasetResult]:
+        from tqdm import tqdm
+
+        names = names or list(BEIR_DATASETS)
+        results = []
+        for name in tqdm(names, desc=f"BEIR {self.retriever.name}", unit="dataset"):
+            result = self.run_dataset(name)
+            if result.status != "missing":
+                logger.info("%s: %s", name, ", ".join(f"{m} {v:.4f}" for m, v in result.metrics.items()))
+            results.append(result)
+        return results
+
+
+def results_frame(results: list[DatasetResult], retriever_name: str) -> pd.DataFrame:
+    """One row per evaluated dataset plus an average row, with the published reference columns beside ours."""
+    done = [r for r in results if r.status != "missing"]
+    rows = [{"dataset": r.dataset, "queries": r.queries,
+             **{f"{m} ({retriever_name})": r.metrics[m] for m in SUITE_METRICS},
+             **{col: ref.get(r.dataset) for col, ref in REFERENCE_COLUMNS.items()}} for r in done]
+    frame = pd.DataFrame(rows)
+    if rows:
+        average = {"dataset": f"average ({len(done)} of {len(BEIR_DATASETS)})", "queries": frame["queries"].sum()}
+        for column in frame.columns[2:]:
+            # an average only where the column covers every evaluated dataset, so averages compare like for like
+            average[column] = frame[column].dropna().mean() if frame[column].notna().all() else None
+        frame = pd.concat([frame, pd.DataFrame([average])], ignore_index=True)
+    return frame
+
+
+def write_results(results: list[DatasetResult], retriever_name: str, out_dir: Path) -> pd.DataFrame:
+    """``out_dir``/beir-results.{md,csv,png}; missing datasets are listed with the reason under the table."""
+    frame = results_frame(results, retriever_name)
+    missing = [f"not evaluated: {r.dataset}: {r.reason}" for r in results if r.status == "missing"]
+    notes = [f"nDCG@10 and R@100 on each dataset's test split; cqadupstack is the mean of its 12 subforums; "
+             "ArguAna and Quora with the query's own document removed."] + missing
+    if len(frame):
+        write_table(frame, Path(out_dir) / "beir-results", f"BEIR: {retriever_name}", notes)
+        ndcg = f"ndcg@10 ({retriever_name})"
+        columns = [ndcg] + [c for c in REFERENCE_COLUMNS if frame[c].notna().any()]
+        write_bar_chart(frame, "dataset", columns, Path(out_dir) / "beir-results.png", "nDCG@10",
+                        f"BEIR nDCG@10: {retriever_name}")
+    return frame
