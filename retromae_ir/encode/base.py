@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 
@@ -64,15 +65,16 @@ class EncoderModel(torch.nn.Module):
         self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
 
     @classmethod
-    def from_card(cls, card: EncoderCard | str, device: str | None = None, bf16: bool = False) -> "EncoderModel":
-        """The right subclass for the card's kind, loaded, in eval mode, on ``device``."""
+    def from_card(cls, card: EncoderCard | str, device: str | None = None, bf16: bool | None = False) -> "EncoderModel":
+        """The right subclass for the card's kind, loaded, in eval mode, on ``device``; ``bf16=None`` picks bf16
+        autocast on a GPU that supports it and fp32 otherwise."""
         from retromae_ir.encode import MODEL_CLASSES
 
         card = load_card(card)
         model = MODEL_CLASSES[card.kind].from_checkpoint(card)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = model.to(device).eval()
-        model.bf16 = bf16
+        model.bf16 = bf16 if bf16 is not None else (model.device.type == "cuda" and torch.cuda.is_bf16_supported())
         return model
 
     @classmethod
@@ -85,6 +87,11 @@ class EncoderModel(torch.nn.Module):
 
     def _dense(self, pooled: torch.Tensor) -> torch.Tensor:
         return dense_representation(pooled, self.projection, self.card.normalize)
+
+    @functools.cached_property
+    def vocab(self) -> list[str]:
+        """Token strings by id: the terms of the sparse side (Lucene's pretokenized impacts)."""
+        return vocab_of(self.tokenizer)
 
     @property
     def device(self) -> torch.device:
@@ -123,6 +130,10 @@ class EncoderModel(torch.nn.Module):
             stacked = scipy.sparse.vstack([m for _, m in sparse], format="csr")
             out.sparse = stacked[np.argsort(rows, kind="stable")]
         return out
+
+
+def vocab_of(tokenizer) -> list[str]:
+    return tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
 
 
 def _to_csr(weights: torch.Tensor) -> scipy.sparse.csr_matrix:

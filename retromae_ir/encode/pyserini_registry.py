@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from pyserini.encode import DocumentEncoder, QueryEncoder
+
+from retromae_ir.encode.representation import impact_dicts
 
 DENSE_PREFIX = "retromae_ir:"
 SPARSE_PREFIX = "retromae_ir-sparse:"
@@ -41,17 +42,9 @@ def _device(device) -> str:
     return device if device.startswith("cpu") or torch.cuda.is_available() else "cpu"
 
 
-def sparse_dicts(model, matrix, scale: float) -> list[dict[str, int]]:
-    """CSR rows -> Pyserini's ``{token: int}`` impacts; entries that quantise to 0 are dropped."""
-    from retromae_ir.encode.representation import quantize
-
-    vocab = model.tokenizer.convert_ids_to_tokens(list(range(matrix.shape[1])))
-    out = []
-    for row in range(matrix.shape[0]):
-        start, end = matrix.indptr[row], matrix.indptr[row + 1]
-        impacts = quantize(matrix.data[start:end], scale).astype(np.int64)
-        out.append({vocab[i]: int(w) for i, w in zip(matrix.indices[start:end], impacts) if w > 0})
-    return out
+def sparse_dicts(model, matrix) -> list[dict[str, int]]:
+    """CSR rows of ``model``'s OT vectors -> Pyserini's ``{token: int}`` impacts (the card's scale)."""
+    return impact_dicts(matrix, model.vocab, model.card.scale)
 
 
 class _Base:
@@ -94,7 +87,7 @@ class RetroMAESparseDocumentEncoder(RetroMAEDocumentEncoder):
     def encode(self, texts, titles=None, batch_size: int = 64, **_):
         if titles is not None:
             texts = [f"{title} {text}".strip() for title, text in zip(titles, texts)]
-        return sparse_dicts(self.model, self.model.encode_passage(list(texts), batch_size).sparse, self.card.scale)
+        return sparse_dicts(self.model, self.model.encode_passage(list(texts), batch_size).sparse)
 
 
 class RetroMAESparseQueryEncoder(RetroMAEQueryEncoder):
@@ -103,7 +96,7 @@ class RetroMAESparseQueryEncoder(RetroMAEQueryEncoder):
     sparse = True
 
     def encode(self, query: str, **_):
-        return sparse_dicts(self.model, self.model.encode_query([query]).sparse, self.card.scale)[0]
+        return sparse_dicts(self.model, self.model.encode_query([query]).sparse)[0]
 
 
 def _put_first(mapping: dict, entries: dict) -> None:

@@ -95,3 +95,13 @@ def score(q_dense, d_dense, q_sparse, d_sparse):
     if q_sparse is not None:
         total = total + q_sparse @ d_sparse.T
     return total
+
+
+def impact_dicts(matrix, vocab: list[str], scale: float) -> list[dict[str, int]]:
+    """Rows of a CSR matrix of OT weights -> ``{token: round(w * scale)}`` (Lucene impacts); zeros dropped."""
+    out = []
+    for row in range(matrix.shape[0]):
+        start, end = matrix.indptr[row], matrix.indptr[row + 1]
+        impacts = quantize(matrix.data[start:end], scale).astype("int64")
+        out.append({vocab[i]: int(w) for i, w in zip(matrix.indices[start:end], impacts) if w > 0})
+    return out

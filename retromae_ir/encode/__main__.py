@@ -1,0 +1,121 @@
+"""``python -m retromae_ir.encode {corpus,merge,queries}``: encode a corpus into faiss + Lucene impact indexes,
+join shards, or pre-encode topics for Pyserini's searchers. ``--encoder`` takes a card name or path."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+DTYPES = ("auto", "bf16", "fp32")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--encoder", required=True, help="encoder card: a name in encoders/ or a YAML path")
+    parser.add_argument("--output", required=True, type=Path, help="output directory")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    parser.add_argument("--dtype", choices=DTYPES, default="auto",
+                        help="bf16 autocast or fp32; auto = bf16 on a GPU that has it, fp32 on CPU (CPUs without "
+                             "AVX-512 bf16 run bf16 slower; cosine to fp32 measured in docs/encoders.md)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m retromae_ir.encode", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    corpus = sub.add_parser("corpus", help="encode a corpus (a shard of it with --shard-id/--shard-num)")
+    _common(corpus)
+    source = corpus.add_mutually_exclusive_group(required=True)
+    source.add_argument("--corpus", type=Path, help="BEIR corpus.jsonl")
+    source.add_argument("--dataset", help="BEIR dataset name (resolved by retromae_ir.data.beir)")
+    corpus.add_argument("--data-dir", default=None, help="where --dataset looks first")
+    corpus.add_argument("--shard-id", type=int, default=None, help="default: $RANK under torchrun, else 0")
+    corpus.add_argument("--shard-num", type=int, default=None, help="default: $WORLD_SIZE under torchrun, else 1")
+    corpus.add_argument("--chunk-size", type=int, default=4096, help="documents per resumable chunk")
+    merge = sub.add_parser("merge", help="join finished shards into the indexes and write the manifest")
+    merge.add_argument("--encoder", required=True)
+    merge.add_argument("--output", required=True, type=Path)
+    merge.add_argument("--shard-num", type=int, required=True)
+    merge.add_argument("--threads", type=int, default=1, help="Lucene indexing threads")
+    queries = sub.add_parser("queries", help="pre-encode topics (Pyserini's embedding.pkl and sparse.jsonl)")
+    _common(queries)
+    queries.add_argument("--topics", required=True, type=Path, help="topics file (TSV, .gz, JSONL or TREC)")
+    return parser
+
+
+def _model(args):
+    import torch
+
+    from retromae_ir.encode import EncoderModel
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    bf16 = None if args.dtype == "auto" else args.dtype == "bf16"
+    return EncoderModel.from_card(args.encoder, device=args.device, bf16=bf16)
+
+
+def _vocab(card) -> list[str]:
+    from transformers import AutoTokenizer
+
+    from retromae_ir.encode.base import vocab_of
+
+    return vocab_of(AutoTokenizer.from_pretrained(card.checkpoint_path()))
+
+
+def _shard(args) -> tuple[int, int]:
+    """Explicit flags, else torchrun's RANK/WORLD_SIZE, else the whole corpus."""
+    shard_num = args.shard_num or int(os.environ.get("WORLD_SIZE", 1))
+    shard_id = args.shard_id if args.shard_id is not None else int(os.environ.get("RANK", 0))
+    if args.device is None and "LOCAL_RANK" in os.environ:
+        import torch
+
+        if torch.cuda.is_available():
+            args.device = f"cuda:{os.environ['LOCAL_RANK']}"
+    return shard_id, shard_num
+
+
+def run_corpus(args) -> None:
+    from retromae_ir.encode.corpus import encode_shard, merge, read_corpus
+
+    path = args.corpus
+    if args.dataset:
+        from retromae_ir.data.beir import resolve_beir
+
+        path = resolve_beir(args.dataset, args.data_dir) / "corpus.jsonl"
+    shard_id, shard_num = _shard(args)
+    docids, texts = read_corpus(path)
+    model = _model(args)
+    encode_shard(model, docids, texts, args.output, shard_id, shard_num, args.chunk_size, args.batch_size)
+    if shard_num == 1:
+        merge(args.output, model.card, model.vocab, 1, args.threads or 1, extra={"corpus": str(path),
+                                                                              "bf16": model.bf16})
+    else:
+        logging.info("shard %d of %d done; run `merge --shard-num %d` once all are", shard_id, shard_num, shard_num)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    args.output.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[logging.StreamHandler(), logging.FileHandler(args.output / f"{args.command}.log")])
+    if args.command == "corpus":
+        run_corpus(args)
+    elif args.command == "merge":
+        from retromae_ir.encode.cards import load_card
+        from retromae_ir.encode.corpus import merge
+
+        card = load_card(args.encoder)
+        merge(args.output, card, _vocab(card), args.shard_num, args.threads)
+    else:
+        from retromae_ir.data.readers import load_topics
+        from retromae_ir.encode.queries import encode_queries
+
+        encode_queries(_model(args), load_topics(args.topics), args.output, args.batch_size)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

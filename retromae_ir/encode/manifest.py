@@ -1,0 +1,73 @@
+"""Index manifests: what built an index (card, representation, counts, checksums, versions), checked on search
+so an index is never searched with another card's queries or read half-written."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from retromae_ir.encode.cards import EncoderCard
+from retromae_ir.io import atomic_write
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+class IndexMismatchError(ValueError):
+    """The index (or encoded queries) and the card or the files on disk do not agree."""
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checksums(root: Path, parts: list[str]) -> dict[str, str]:
+    """sha256 of every file under ``root/part`` for each part, keyed by path relative to ``root``."""
+    files = sorted(p for part in parts for p in (root / part).rglob("*") if p.is_file())
+    return {str(p.relative_to(root)): sha256(p) for p in files}
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for package in ("retromae-ir", "torch", "transformers", "pyserini", "faiss-cpu", "numpy", "scipy"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def write_manifest(directory: Path, card: EncoderCard, **fields) -> Path:
+    """Write ``directory/manifest.json`` last, atomically: its presence means the output is complete."""
+    data = {"format": FORMAT, "card": card.to_dict(), "fingerprint": card.fingerprint(), "dims": card.dims,
+            "k": card.k, "query_k": card.query_k, "scale": card.scale, "activation": card.activation,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": versions(), **fields}
+    with atomic_write(Path(directory) / MANIFEST) as out:
+        json.dump(data, out, indent=2, sort_keys=True)
+    return Path(directory) / MANIFEST
+
+
+def read_manifest(directory: str | os.PathLike) -> dict:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise IndexMismatchError(f"{directory} has no {MANIFEST}: not a retromae_ir index, or its build did not finish")
+    return json.loads(path.read_text())
+
+
+def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
+    """Refuse a card whose representation differs from the one that built ``where``; name the differing fields."""
+    if manifest["fingerprint"] == card.fingerprint():
+        return
+    built = manifest["card"]
+    diffs = [f"{key}: index {built.get(key)!r} vs card {value!r}" for key, value in card.to_dict().items()
+             if key not in ("name", "description") and built.get(key) != value]
+    raise IndexMismatchError(f"{where} was built with card {built.get('name')!r}, not {card.name!r}: "
+                             + "; ".join(diffs))

@@ -1,0 +1,37 @@
+"""Query encoding into Pyserini's pre-encoded formats.
+
+    DIR/dense/embedding.pkl  DataFrame(text, embedding) read by ``--encoded-queries DIR/dense`` (faiss, hybrid);
+                             plain object-dtype strings, so reading it needs no pyarrow
+    DIR/sparse.jsonl         {"id", "contents", "vector": {token: int}} read by LuceneImpactSearcher
+                             (``--encoder DIR/sparse.jsonl``), looked up by the query text
+    DIR/manifest.json        the card that encoded them
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from retromae_ir.encode.manifest import write_manifest
+from retromae_ir.encode.representation import impact_dicts
+from retromae_ir.io import atomic_dir, atomic_write
+
+
+def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, batch_size: int = 64) -> Path:
+    """Encode ``{qid: text}`` with ``model`` and write the pre-encoded files under ``output``."""
+    if not topics:
+        raise ValueError("no topics to encode")
+    output = Path(output)
+    qids, texts = list(topics), list(topics.values())
+    encoded = model.encode_query(texts, batch_size)
+    with atomic_dir(output / "dense") as tmp:
+        frame = pd.DataFrame({"text": pd.Series(texts, dtype=object),
+                              "embedding": pd.Series(list(encoded.dense), dtype=object)})
+        frame.to_pickle(tmp / "embedding.pkl")
+    if encoded.sparse is not None:
+        with atomic_write(output / "sparse.jsonl") as out:
+            for qid, text, vector in zip(qids, texts, impact_dicts(encoded.sparse, model.vocab, model.card.scale)):
+                out.write(json.dumps({"id": qid, "contents": text, "vector": vector}) + "\n")
+    return write_manifest(output, model.card, queries=len(qids))

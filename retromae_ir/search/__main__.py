@@ -1,0 +1,56 @@
+"""``python -m retromae_ir.search``: exact Eq. 12 search of a retromae_ir index, written as a TREC run."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from retromae_ir.search.index import MODES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m retromae_ir.search", description=__doc__)
+    parser.add_argument("--index", required=True, type=Path, help="output of `python -m retromae_ir.encode corpus`")
+    parser.add_argument("--encoder", required=True, help="the card that built the index (name or YAML path)")
+    parser.add_argument("--topics", required=True, type=Path, help="topics file (TSV, .gz, JSONL or TREC)")
+    parser.add_argument("--output", required=True, type=Path, help="TREC run file to write")
+    parser.add_argument("--mode", choices=MODES, default="hybrid")
+    parser.add_argument("--hits", type=int, default=1000)
+    parser.add_argument("--candidates", type=int, default=1000, help="K': top hits taken from each side")
+    parser.add_argument("--brute-force", action="store_true", help="score every document (small corpora)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--tag", default=None, help="run tag (default: retromae_ir-<mode>)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    from retromae_ir.data.readers import load_topics
+    from retromae_ir.evaluate import write_trec_run
+    from retromae_ir.search import BruteForceScorer, ExactHybridSearcher
+
+    torch.set_num_threads(args.threads)
+    topics = load_topics(args.topics)
+    searcher = ExactHybridSearcher(args.index, args.encoder, args.mode, args.candidates, args.threads, args.device)
+    qids, texts = list(topics), list(topics.values())
+    if args.brute_force:
+        scorer = BruteForceScorer(searcher.index)
+        run = {}
+        for start in range(0, len(texts), args.batch_size):
+            encoded = searcher.model.encode_query(texts[start:start + args.batch_size], args.batch_size)
+            hits = scorer.search(encoded.dense, encoded.sparse, args.hits, args.mode)
+            run.update({qid: dict(h) for qid, h in zip(qids[start:start + args.batch_size], hits)})
+    else:
+        run = searcher.batch_search(texts, qids, args.hits, args.batch_size)
+    tag = args.tag or f"retromae_ir-{'brute-' if args.brute_force else ''}{args.mode}"
+    write_trec_run(args.output, run, tag, args.hits)
+    print(f"wrote {args.output}: {len(run)} queries")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
