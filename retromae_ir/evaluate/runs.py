@@ -53,25 +53,37 @@ class _TopicState:
     docids: set[str]
 
 
-def _parse_run(path: Path, max_depth: int) -> tuple[Run, RunSummary]:
+def _parse_run(path: Path, max_depth: int, report=None) -> tuple[Run, RunSummary]:
+    """Parse and check a run; each violation raises ``DataFormatError``, or is passed to ``report`` (and the
+    offending line skipped) when a caller wants every violation at once."""
+    def fail(message: str) -> None:
+        if report is None:
+            raise DataFormatError(message)
+        report(message)
+
     run: Run = {}
     state: dict[str, _TopicState] = {}
     summary = RunSummary(topics=0, lines=0)
     for number, line in iter_lines(path):
-        qid, docid, rank, score, tag = _parse_line(path, number, line)
+        try:
+            qid, docid, rank, score, tag = _parse_line(path, number, line)
+        except DataFormatError as exc:
+            fail(str(exc))
+            continue
         where = f"{path}:{number}:"
         topic = state.get(qid)
         if topic is not None:
             if docid in topic.docids:
-                raise DataFormatError(f"{where} document {docid!r} appears twice for query {qid!r}")
+                fail(f"{where} document {docid!r} appears twice for query {qid!r}")
+                continue
             if len(topic.docids) >= max_depth:
-                raise DataFormatError(f"{where} query {qid!r} has more than {max_depth} hits")
+                fail(f"{where} query {qid!r} has more than {max_depth} hits")
+                continue
             if rank <= topic.rank:
-                raise DataFormatError(f"{where} rank {rank} does not increase (previous rank {topic.rank} "
-                                      f"for query {qid!r})")
-            if score > topic.score:
-                raise DataFormatError(f"{where} score {score} is higher than the score {topic.score} at the "
-                                      f"previous rank {topic.rank} for query {qid!r}")
+                fail(f"{where} rank {rank} does not increase (previous rank {topic.rank} for query {qid!r})")
+            elif score > topic.score:
+                fail(f"{where} score {score} is higher than the score {topic.score} at the "
+                     f"previous rank {topic.rank} for query {qid!r}")
             topic.rank, topic.score = rank, score
             topic.docids.add(docid)
         else:
@@ -81,7 +93,7 @@ def _parse_run(path: Path, max_depth: int) -> tuple[Run, RunSummary]:
         summary.tags.add(tag)
     summary.topics = len(run)
     if not summary.lines:
-        raise DataFormatError(f"{path}: empty run")
+        fail(f"{path}: empty run")
     return run, summary
 
 
@@ -114,3 +126,10 @@ def validate_trec_run(path: str | os.PathLike, max_depth: int = MAX_DEPTH) -> Ru
     document twice in a topic, more than ``max_depth`` hits in a topic, ranks not increasing, or a score higher
     than the one at the topic's previous rank. A topic's lines need not be contiguous."""
     return _parse_run(Path(path), max_depth)[1]
+
+
+def run_violations(path: str | os.PathLike, max_depth: int = MAX_DEPTH) -> tuple[Run, RunSummary, list[str]]:
+    """Every violation ``validate_trec_run`` would stop at, collected; with the lines that passed."""
+    violations: list[str] = []
+    run, summary = _parse_run(Path(path), max_depth, violations.append)
+    return run, summary, violations

@@ -1,0 +1,106 @@
+"""Prepare a TREC submission: ``python -m retromae_ir.submit RUN --topics FILE --tag TAG [--output DIR]``.
+
+Checks everything a TREC submission system rejects, reports every violation at once (each names the line and
+topic), and only when the run is clean writes ``DIR/TAG.gz`` (the run in canonical form, tagged TAG) and
+``DIR/TAG.description.txt``. Nothing is written when a check fails.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import hashlib
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from retromae_ir import __version__
+from retromae_ir.data.readers import iter_lines, load_topics
+from retromae_ir.evaluate.runs import MAX_DEPTH, run_violations, write_trec_run
+from retromae_ir.io import atomic_write
+
+TAG_PATTERN = re.compile(r"^[A-Za-z0-9]{1,12}$")
+
+
+def tag_violations(tag: str) -> list[str]:
+    if TAG_PATTERN.match(tag):
+        return []
+    return [f"tag {tag!r} must be 1 to 12 letters and digits (TREC run tags allow nothing else)"]
+
+
+def q0_violations(run_path: Path) -> list[str]:
+    """The second column must be the literal ``Q0``."""
+    bad = []
+    for number, line in iter_lines(run_path):
+        fields = line.split()
+        if len(fields) == 6 and fields[1] != "Q0":
+            bad.append(f"{run_path}:{number}: second column is {fields[1]!r}, expected 'Q0' (query {fields[0]!r})")
+    return bad
+
+
+def coverage_violations(run: dict, topics: dict[str, str], topics_path: Path) -> list[str]:
+    missing = [qid for qid in topics if qid not in run]
+    unknown = [qid for qid in run if qid not in topics]
+    out = []
+    if missing:
+        out.append(f"{len(missing)} topic(s) of {topics_path} have no results: {', '.join(missing[:20])}"
+                   + (" ..." if len(missing) > 20 else ""))
+    if unknown:
+        out.append(f"{len(unknown)} topic(s) in the run are not in {topics_path}: {', '.join(unknown[:20])}"
+                   + (" ..." if len(unknown) > 20 else ""))
+    return out
+
+
+def check_submission(run_path: Path, topics_path: Path, tag: str) -> tuple[dict, list[str]]:
+    """The parsed run and every violation (empty when the run can be submitted)."""
+    run, _, violations = run_violations(run_path, MAX_DEPTH)
+    violations += q0_violations(run_path)
+    violations += coverage_violations(run, load_topics(topics_path), topics_path)
+    violations += tag_violations(tag)
+    return run, violations
+
+
+def write_submission(run: dict, tag: str, out_dir: Path, source: Path, topics_path: Path,
+                     description: str) -> tuple[Path, Path]:
+    """``out_dir/TAG.gz`` and ``out_dir/TAG.description.txt``, each written atomically."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        plain = write_trec_run(Path(tmp) / "run.txt", run, tag)
+        with atomic_write(out_dir / f"{tag}.gz", "wb") as handle, open(plain, "rb") as text:
+            handle.write(gzip.compress(text.read(), mtime=0))
+    digest = hashlib.sha256((out_dir / f"{tag}.gz").read_bytes()).hexdigest()
+    lines = [f"tag: {tag}", f"source run: {source}", f"topics: {topics_path} ({len(run)} topics)",
+             f"results: {sum(len(hits) for hits in run.values())} (at most {MAX_DEPTH} per topic)",
+             f"sha256 of {tag}.gz: {digest}", f"prepared: {datetime.date.today().isoformat()} with retromae-ir "
+             f"{__version__}", "", description or "(no description given: pass --description)"]
+    with atomic_write(out_dir / f"{tag}.description.txt") as handle:
+        handle.write("\n".join(lines) + "\n")
+    return out_dir / f"{tag}.gz", out_dir / f"{tag}.description.txt"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retromae_ir.submit", description=__doc__.split("\n")[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument("--topics", type=Path, required=True, help="the topics the run must answer, all of them")
+    parser.add_argument("--tag", required=True, help="run tag: 1-12 letters and digits")
+    parser.add_argument("--output", type=Path, default=Path("runs/submissions"))
+    parser.add_argument("--description", default="", help="free text for the description file")
+    args = parser.parse_args(argv)
+    for path in (args.run, args.topics):
+        if not path.is_file():
+            print(f"error: {path} does not exist", file=sys.stderr)
+            return 2
+    run, violations = check_submission(args.run, args.topics, args.tag)
+    if violations:
+        print(f"{args.run}: {len(violations)} violation(s); nothing written:", file=sys.stderr)
+        for violation in violations:
+            print(f"  {violation}", file=sys.stderr)
+        return 1
+    gz, description = write_submission(run, args.tag, args.output, args.run, args.topics, args.description)
+    print(f"wrote {gz} and {description}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

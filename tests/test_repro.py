@@ -1,0 +1,80 @@
+"""The reproduction matrix: YAML loading and its errors, commands, OK/FAIL comparison, generated docs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from retromae_ir.repro.__main__ import main
+from retromae_ir.repro.matrix import Condition, Matrix, compare, measured_scores, render_docs
+
+YAML = """\
+tolerance: 0.001
+conditions:
+  - name: bm25.tiny
+    dataset: scifact
+    retriever: bm25
+    expected: {ndcg@10: 0.5, recall@100: 0.9}
+  - name: dupmae.tiny
+    dataset: nfcorpus
+    encoder: dupmae-minilm
+    search: hybrid
+    expected: {ndcg@10: 0.3}
+"""
+
+
+@pytest.fixture()
+def matrix_file(tmp_path) -> Path:
+    path = tmp_path / "conditions.yaml"
+    path.write_text(YAML)
+    return path
+
+
+def test_shipped_matrix_loads_and_has_the_bm25_reproduction():
+    matrix = Matrix.load()
+    assert matrix.conditions["bm25-flat.scifact"].expected == {"ndcg@10": 0.6789, "recall@100": 0.9253}
+
+
+def test_commands_and_dry_run(matrix_file, capsys):
+    assert main(["--all", "--dry-run", "--conditions-file", str(matrix_file), "--runs-root", "R"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("--datasets scifact --runs-dir R/bm25.tiny --retriever bm25")
+    assert lines[1].endswith("--datasets nfcorpus --runs-dir R/dupmae.tiny --encoder dupmae-minilm --search hybrid")
+
+
+def test_unknown_condition_is_an_error(matrix_file, capsys):
+    assert main(["--condition", "nope", "--conditions-file", str(matrix_file)]) == 2
+    assert "unknown condition(s): nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("  - {name: a, dataset: scifact, expected: {}}\n", "exactly one of retriever / encoder"),
+    ("  - {name: a, dataset: scifact, retriever: bm25, encoder: x, expected: {}}\n", "exactly one of"),
+    ("  - {name: a, dataset: scifact, retriever: bm25, expected: {}, colour: red}\n", r"condition 1 \(a\).*colour"),
+])
+def test_bad_condition_names_the_file_and_condition(tmp_path, entry, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text("conditions:\n" + entry)
+    with pytest.raises(ValueError, match=message):
+        Matrix.load(path)
+
+
+def test_scores_are_read_from_the_results_table_and_compared(tmp_path):
+    condition = Condition(name="c", dataset="scifact", retriever="bm25", expected={"ndcg@10": 0.5, "recall@100": 0.9})
+    csv = condition.results_csv(tmp_path)
+    csv.parent.mkdir(parents=True)
+    pd.DataFrame([{"dataset": "scifact", "queries": 3, "ndcg@10 (bm25)": 0.5004, "recall@100 (bm25)": 0.8},
+                  {"dataset": "average (1 of 18)", "queries": 3, "ndcg@10 (bm25)": 0.5004,
+                   "recall@100 (bm25)": 0.8}]).to_csv(csv, index=False)
+    scores = measured_scores(condition, tmp_path)
+    assert scores == {"ndcg@10": 0.5004, "recall@100": 0.8}
+    assert compare(condition, scores, 0.001) == ["recall@100: expected 0.9000, got 0.8000"]
+    assert compare(condition, {"ndcg@10": 0.5004}, 0.001)[0] == "recall@100: expected 0.9000, got nothing"
+
+
+def test_docs_show_every_condition_with_its_command(matrix_file):
+    text = render_docs(Matrix.load(matrix_file), Path("runs/repro"))
+    assert "| bm25.tiny | scifact | 0.5000 | 0.9000 |" in text
+    assert "| dupmae.tiny | nfcorpus | 0.3000 | – |" in text
+    assert "python eval/beir_all.py --datasets nfcorpus --runs-dir runs/repro/dupmae.tiny --encoder dupmae-minilm" in text
