@@ -1,0 +1,50 @@
+"""Encoder cards: the shipped ones load, bad ones fail with a clear message, the fingerprint tracks the vectors."""
+import dataclasses
+
+import pytest
+
+from retromae_ir.encode.cards import CARD_DIR, CardError, load_card
+
+
+def test_every_shipped_card_loads():
+    names = sorted(p.stem for p in CARD_DIR.glob("*.yaml"))
+    for required in ("minilm-cls", "minilm-mean", "dupmae-minilm", "retromae", "retromae-msmarco",
+                     "retromae-msmarco-finetune", "retromae-msmarco-distill", "retromae-beir",
+                     "master-msmarco", "master-wiki"):
+        assert required in names
+    for name in names:
+        card = load_card(name)
+        assert card.name == name and card.dims > 0
+    assert load_card("dupmae-minilm").sparse and not load_card("minilm-mean").sparse
+    assert load_card("minilm-mean").pooling == "mean"
+
+
+def test_packaged_minilm_resolves_to_a_local_directory(minilm_path):
+    assert load_card("minilm-cls").checkpoint_path() == str(minilm_path)
+
+
+def test_fingerprint_follows_the_representation_not_the_name():
+    card = load_card("dupmae-minilm")
+    assert dataclasses.replace(card, name="x", description="y").fingerprint() == card.fingerprint()
+    assert dataclasses.replace(card, scale=50).fingerprint() != card.fingerprint()
+    assert dataclasses.replace(card, k=260).fingerprint() != card.fingerprint()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("checkpoint: x\nkind: splade\ndims: 8\n", "unknown kind"),
+    ("checkpoint: x\nkind: dupmae\ndims: 8\nactivation: gelu\n", "activation"),
+    ("checkpoint: x\nkind: dupmae\ndims: 8\nbogus: 1\n", "unknown fields"),
+    ("kind: dupmae\ndims: 8\n", "missing required"),
+    ("checkpoint: x\nkind: dupmae\ndims: 8\nscale: 0\n", "scale"),
+    ("- a list\n", "mapping"),
+])
+def test_bad_cards_are_rejected(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(CardError, match=message):
+        load_card(path)
+
+
+def test_unknown_card_name_lists_the_known_ones():
+    with pytest.raises(CardError, match="dupmae-minilm"):
+        load_card("no-such-card")

@@ -1,0 +1,136 @@
+"""The DupMAE representation on a tiny random BERT: top-k, activations, quantisation, padding invariance."""
+import numpy as np
+import pytest
+import torch
+
+from retromae_ir.encode import EncoderModel, load_card
+from retromae_ir.encode.cards import CardError
+from retromae_ir.encode.representation import ACTIVATIONS, activation, quantize, top_k
+
+TEXTS = ["the cat sat on the mat", "protein folding in yeast cells under heat stress", "", "a b c d e f g h i j k"]
+
+
+def write_card(folder, **fields):
+    path = folder / f"card-{abs(hash(tuple(sorted(fields.items()))))}.yaml"
+    path.write_text("\n".join(f"{key}: {'null' if value is None else value}" for key, value in fields.items()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_card(tiny_bert_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cards")
+    return write_card(folder, checkpoint=tiny_bert_dir, kind="dupmae", dims=32, k=8, query_k=None, scale=100,
+                      max_query_length=16, max_passage_length=32)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_card):
+    torch.set_num_threads(1)
+    return EncoderModel.from_card(tiny_card, device="cpu")
+
+
+def test_top_k_keeps_exactly_the_k_largest():
+    weights = torch.rand(5, 100)
+    kept = top_k(weights, 7)
+    for row, full in zip(kept, weights):
+        nonzero = torch.nonzero(row).flatten()
+        assert len(nonzero) == 7
+        assert set(nonzero.tolist()) == set(full.topk(7).indices.tolist())
+        assert torch.equal(row[nonzero], full[nonzero])
+    assert torch.equal(top_k(weights, None), weights)
+    with pytest.raises(ValueError):
+        top_k(weights, 0)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_is_non_negative_and_commutes_with_max_pooling(name):
+    logits = torch.randn(3, 7, 50) * 4
+    act = activation(name)
+    assert (act(logits) >= 0).all()
+    assert torch.allclose(act(logits.amax(1)), act(logits).amax(1))
+
+
+def test_quantisation_round_trip_within_half_a_step():
+    weights = np.random.default_rng(0).random(1000).astype(np.float32) * 3
+    for scale in (10.0, 100.0, 37.5):
+        assert np.abs(quantize(weights, scale) / scale - weights).max() <= 0.5 / scale + 1e-6
+    with pytest.raises(ValueError):
+        quantize(weights, 0)
+
+
+def test_passage_vectors_respect_k_and_are_non_negative(tiny_model):
+    encoded = tiny_model.encode_passage(TEXTS, batch_size=2)
+    assert encoded.dense.shape == (4, 32) and encoded.dense.dtype == np.float32
+    counts = encoded.sparse.getnnz(axis=1)
+    assert counts.tolist() == [8, 8, 0, 8]  # the empty text has no ordinary tokens
+    assert (encoded.sparse.data > 0).all()
+    query = tiny_model.encode_query(TEXTS[:2])
+    assert (query.sparse.getnnz(axis=1) > 8).all()  # queries keep every positive entry by default
+
+
+def test_batching_and_length_sorting_do_not_change_vectors(tiny_model):
+    together = tiny_model.encode_passage(TEXTS, batch_size=4)
+    for i, text in enumerate(TEXTS):
+        alone = tiny_model.encode_passage([text], batch_size=1)
+        np.testing.assert_allclose(alone.dense[0], together.dense[i], atol=1e-5)
+        np.testing.assert_allclose(alone.sparse.toarray()[0], together.sparse.toarray()[i], atol=1e-5)
+
+
+def test_special_tokens_do_not_reach_the_sparse_side(tiny_model):
+    """Max pooling runs over ordinary tokens only: adding padding or a second [SEP] changes nothing."""
+    ids = tiny_model.tokenizer(["cat sat"], return_tensors="pt")
+    padded = torch.cat([ids["input_ids"], torch.zeros(1, 5, dtype=torch.long)], 1)
+    mask = torch.cat([ids["attention_mask"], torch.zeros(1, 5, dtype=torch.long)], 1)
+    with torch.no_grad():
+        _, plain = tiny_model.represent(ids["input_ids"], ids["attention_mask"], None)
+        _, with_pad = tiny_model.represent(padded, mask, None)
+    torch.testing.assert_close(plain, with_pad, atol=1e-5, rtol=1e-5)
+
+
+def test_projection_file_sets_the_dense_dimension(tiny_bert_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import save_file
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(tiny_bert_dir, checkpoint)
+    weight = torch.randn(16, 32)
+    save_file({"weight": weight}, str(checkpoint / "projection.safetensors"))
+    model = EncoderModel.from_card(write_card(tmp_path, checkpoint=checkpoint, kind="dupmae", dims=16), device="cpu")
+    encoded = model.encode_passage(["cat"])
+    with torch.no_grad():
+        ids = model.tokenizer(["cat"], return_tensors="pt")
+        cls = model.mlm.base_model(**ids).last_hidden_state[:, 0]
+    np.testing.assert_allclose(encoded.dense, (cls @ weight.T).numpy(), atol=1e-5)
+    with pytest.raises(CardError, match="weight has shape"):
+        EncoderModel.from_card(write_card(tmp_path, checkpoint=checkpoint, kind="dupmae", dims=8))
+
+
+def test_without_projection_dims_must_equal_hidden_size(tiny_bert_dir, tmp_path):
+    with pytest.raises(CardError, match="hidden size 32"):
+        EncoderModel.from_card(write_card(tmp_path, checkpoint=tiny_bert_dir, kind="dupmae", dims=16))
+
+
+def test_checkpoint_without_mlm_head_is_deterministic(tiny_bert_dir, tmp_path):
+    """A plain BertModel (like the packaged MiniLM) gets the same head in every process, not a random one."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    checkpoint = tmp_path / "no-head"
+    torch.manual_seed(1)
+    BertModel(BertConfig.from_pretrained(tiny_bert_dir)).save_pretrained(checkpoint)
+    AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(checkpoint)
+    card = write_card(tmp_path, checkpoint=checkpoint, kind="dupmae", dims=32)
+    vectors = []
+    for seed in (2, 3):
+        torch.manual_seed(seed)
+        vectors.append(EncoderModel.from_card(card, device="cpu").encode_passage(TEXTS[:2]).sparse.toarray())
+    np.testing.assert_array_equal(*vectors)
+
+
+def test_dense_kinds_have_no_sparse_side(tiny_bert_dir, tmp_path):
+    model = EncoderModel.from_card(write_card(tmp_path, checkpoint=tiny_bert_dir, kind="mean-dense", dims=32,
+                                              normalize="true"), device="cpu")
+    encoded = model.encode_passage(TEXTS[:2])
+    assert encoded.sparse is None
+    np.testing.assert_allclose(np.linalg.norm(encoded.dense, axis=1), 1.0, atol=1e-5)
+    assert load_card(model.card).sparse is False
