@@ -13,8 +13,8 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from retromae_ir.data.readers import iter_beir_corpus
 from retromae_ir.pretrain.backbone import default_model
+from retromae_ir.pretrain.data import iter_documents
 from retromae_ir.pretrain.keywords import count_corpus
 
 LOG = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ LOG = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m retromae_ir.pretrain.corpus_stats", description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", required=True, type=Path, help="BEIR corpus.jsonl (title and text are counted)")
+    p.add_argument("--corpus", required=True, type=Path, help="the pre-training corpus: BEIR corpus.jsonl, {text} JSONL or plain text")
     p.add_argument("--model", default=None, help="tokenizer: hub name or directory (default: packaged all-MiniLM-L6-v2)")
     p.add_argument("--output", required=True, type=Path, help="statistics JSON to write")
     p.add_argument("--batch-size", type=int, default=256, help="texts tokenised at once")
@@ -32,14 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.corpus.is_file():
-        raise SystemExit(f"corpus not found: {args.corpus}")
     from transformers import AutoTokenizer
 
     name = args.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(name)
-    texts = (doc.contents for doc in tqdm(iter_beir_corpus(args.corpus), desc="count", unit="doc"))
-    stats = count_corpus(texts, tokenizer, name, args.batch_size)
+    texts = (text for _, text in tqdm(iter_documents(args.corpus), desc="count", unit="doc"))
+    try:
+        stats = count_corpus(texts, tokenizer, name, args.batch_size)
+    except ValueError as error:  # CorpusError / DataFormatError name the file and line
+        raise SystemExit(f"error: {error}") from error
     stats.save(args.output)
     LOG.info("%s: %d documents, %d words, %d distinct -> %s", args.corpus, stats.num_docs, stats.num_words,
              len(stats.cf), args.output)

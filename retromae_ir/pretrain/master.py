@@ -1,0 +1,328 @@
+"""MASTER: one deep encoder, five shallow task decoders (MASTER section 4, loss Eq. 8).
+
+Every decoder is ``--master_decoder_layers`` (default 2) plain BERT layers with bidirectional self-attention.
+Its input is the encoder's [CLS] vector h followed by the embeddings (the encoder's embedding layer) of the
+decoder's own masked text; predictions go through the encoder's tied MLM head, so embeddings and head are
+shared with the encoder. Decoders are freshly initialised (``random``, default) or copies of the encoder's
+last layers (``copy``). The tasks (``--master_tasks``, any subset, for the paper's ablations):
+
+* MKP: the decoder recovers the passage with keyword-weighted whole-word masking (keywords.py).
+* CMP: a second encoder pass with its own whole-word mask S; the decoder masks exactly the ordinary tokens
+  NOT in S (it sees the words the encoder lost, and must recover the ones the encoder saw).
+* NPR: the decoder recovers the neighbouring span with keyword masking, from h of the span before it:
+  ``segments`` pairs segment i with segment i+1 of the same document (h from the main encoder pass);
+  ``halves`` (the authors' code) encodes the first half of a segment in its own pass, the second is the target.
+* DOR / GOR: the decoder recovers the doc2query queries (joined with [SEP]) / the GPT-2 continuation of the
+  document (side texts from generate.py), whole-word random masking. Off when the texts are absent.
+
+Masked decoder tokens become [MASK]. Loss = sum of the encoder MLM losses (main pass, CMP pass, NPR pass in
+``halves`` mode) and the decoder losses, each the mean cross-entropy over its masked tokens (Eq. 8 with
+per-task token means, as in the authors' code). A row without the text a task needs adds nothing to it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import nn
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.models.bert.modeling_bert import BertLayer
+
+from retromae_ir.data.readers import DataFormatError
+from retromae_ir.pretrain.base import EncoderOutput, PretrainModel, token_cross_entropy
+from retromae_ir.pretrain.collate import EncoderMLMCollator, Segment, TokenTables, pad_batch
+from retromae_ir.pretrain.keywords import CorpusStats, KeywordMasker, KeywordWeighting
+from retromae_ir.pretrain.masking import IGNORE_INDEX, mlm_corrupt, sample_whole_words
+
+log = logging.getLogger(__name__)
+
+TASKS = ("mkp", "cmp", "npr", "dor", "gor")
+SIDE_KEYS = {"dor": "queries", "gor": "continuation"}
+
+
+class MasterSetupError(ValueError):
+    """Inconsistent MASTER options (unknown task, missing corpus statistics or side texts)."""
+
+
+@dataclass
+class MasterArguments:
+    master_tasks: str = field(default="mkp,cmp,npr,dor,gor", metadata={
+        "help": "comma-separated decoder tasks out of mkp,cmp,npr,dor,gor (ablations: leave some out)"})
+    master_corpus_stats: str | None = field(default=None, metadata={
+        "help": "word statistics for MKP/NPR keyword masking (python -m retromae_ir.pretrain.corpus_stats)"})
+    master_keyword_weighting: str = field(default="icf", metadata={
+        "help": "icf: 1/corpus frequency (authors' code); tfidf: tf x smoothed idf (paper's wording)"})
+    master_side_texts: str | None = field(default=None, metadata={
+        "help": "JSONL {id, queries, continuation} from python -m retromae_ir.pretrain.generate; "
+                "without it DOR and GOR are off"})
+    master_side_max_length: int = field(default=128, metadata={"help": "tokens of a DOR/GOR decoder text"})
+    master_npr_pairs: str = field(default="segments", metadata={
+        "help": "segments: segment i -> segment i+1 of a document; halves: first -> second half of a segment"})
+    master_decoder_layers: int = field(default=2, metadata={"help": "BERT layers per decoder"})
+    master_decoder_init: str = field(default="random", metadata={
+        "help": "random: fresh decoder layers; copy: copies of the encoder's last layers"})
+
+
+@dataclass(frozen=True)
+class MasterExample:
+    """A training segment and its NPR pair: ``npr_source`` is None when the segment itself is the source."""
+
+    segment: Segment
+    npr_source: tuple[int, ...] | None = None
+    npr_target: tuple[int, ...] | None = None
+
+
+def parse_tasks(spec: str) -> tuple[str, ...]:
+    tasks = tuple(t.strip().lower() for t in spec.split(",") if t.strip())
+    unknown = sorted(set(tasks) - set(TASKS))
+    if unknown:
+        raise MasterSetupError(f"unknown MASTER task(s) {unknown}; choose from {','.join(TASKS)}")
+    return tuple(t for t in TASKS if t in tasks)
+
+
+def load_side_texts(path: str | Path, sep_token: str) -> dict[str, dict[str, str]]:
+    """``{docid: {"dor": queries joined by [SEP], "gor": continuation}}`` from generate.py's JSONL."""
+    path = Path(path)
+    if not path.is_file():
+        raise MasterSetupError(f"side-text file not found: {path}")
+    texts: dict[str, dict[str, str]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                record = json.loads(line)
+                docid = str(record["id"])
+                queries, continuation = record.get("queries"), record.get("continuation")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise DataFormatError(f"{path}:{number}: expected a JSON object with 'id' (generate.py output)") from None
+            entry = {}
+            if isinstance(queries, list) and any(q.strip() for q in queries):
+                entry["dor"] = f" {sep_token} ".join(q.strip() for q in queries if q.strip())
+            if isinstance(continuation, str) and continuation.strip():
+                entry["gor"] = continuation.strip()
+            texts[docid] = entry
+    return texts
+
+
+def split_halves(ids: Sequence[int], continuation: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Cut a segment at the word start nearest its middle; None when it has fewer than two words."""
+    starts = [i for i in range(1, len(ids)) if not bool(continuation[ids[i]])]
+    if not starts:
+        return None
+    cut = min(starts, key=lambda i: abs(2 * i - len(ids)))
+    return tuple(ids[:cut]), tuple(ids[cut:])
+
+
+def masked_inputs(input_ids: torch.Tensor, selected: torch.Tensor, mask_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoder input (selected tokens -> [MASK]) and labels (original ids at selected tokens, -100 elsewhere)."""
+    inputs = torch.where(selected, torch.full_like(input_ids, mask_token_id), input_ids)
+    return inputs, torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+
+
+class MasterCollator:
+    """Builds every encoder and decoder input of a batch; all randomness from the given generator.
+
+    Keys: the main pass (``EncoderMLMCollator``'s), then per task ``{task}_input_ids``, ``{task}_labels`` and,
+    for texts other than the segment, ``{task}_attention_mask``; CMP adds ``cmp_encoder_input_ids`` /
+    ``cmp_encoder_labels``; NPR in ``halves`` mode adds ``npr_encoder_{input_ids,attention_mask,labels}``.
+    """
+
+    def __init__(self, tokenizer, tasks: Sequence[str], encoder_ratio: float, decoder_ratio: float,
+                 keywords: KeywordMasker | None = None, side_texts: dict[str, dict[str, str]] | None = None,
+                 side_max_length: int = 128, npr_halves: bool = False):
+        self.tables = TokenTables(tokenizer)
+        self.encoder_collator = EncoderMLMCollator(tokenizer, encoder_ratio)
+        self.tasks, self.encoder_ratio, self.decoder_ratio = tuple(tasks), encoder_ratio, decoder_ratio
+        self.keywords, self.side_texts, self.side_max_length = keywords, side_texts or {}, side_max_length
+        self.npr_halves = npr_halves
+
+    @property
+    def tokenizer(self):
+        return self.tables.tokenizer
+
+    def __call__(self, examples: Sequence[MasterExample], generator: torch.Generator) -> dict[str, torch.Tensor]:
+        batch = self.encoder_collator([e.segment for e in examples], generator)
+        for task in self.tasks:
+            batch.update(getattr(self, task)(examples, batch, generator))
+        return batch
+
+    def mkp(self, examples, batch, generator):
+        selected = self.keywords(batch["input_ids"], self.decoder_ratio, generator)
+        inputs, labels = masked_inputs(batch["input_ids"], selected, self.tokenizer.mask_token_id)
+        return {"mkp_input_ids": inputs, "mkp_labels": labels}
+
+    def cmp(self, examples, batch, generator):
+        """S = the CMP encoder mask; the decoder masks ordinary tokens outside S (disjoint, together all)."""
+        input_ids = batch["input_ids"]
+        words = self.tables.words(input_ids)
+        encoder_selected = sample_whole_words(words, self.encoder_ratio, generator)
+        corrupted, encoder_labels = mlm_corrupt(input_ids, encoder_selected, self.tokenizer.mask_token_id,
+                                                self.tables.vocab_size, generator)
+        inputs, labels = masked_inputs(input_ids, (words >= 0) & ~encoder_selected, self.tokenizer.mask_token_id)
+        return {"cmp_encoder_input_ids": corrupted, "cmp_encoder_labels": encoder_labels,
+                "cmp_input_ids": inputs, "cmp_labels": labels}
+
+    def npr(self, examples, batch, generator):
+        targets = [e.npr_target or () for e in examples]
+        out = self.decoder_text("npr", targets, self.keywords(pad_batch(targets, self.tokenizer)[0], self.decoder_ratio,
+                                                              generator))
+        if self.npr_halves:  # the first halves get their own encoder pass
+            sources = [e.npr_source or () for e in examples]
+            input_ids, attention_mask = pad_batch(sources, self.tokenizer)
+            selected = sample_whole_words(self.tables.words(input_ids), self.encoder_ratio, generator)
+            corrupted, labels = mlm_corrupt(input_ids, selected, self.tokenizer.mask_token_id,
+                                            self.tables.vocab_size, generator)
+            out.update(npr_encoder_input_ids=corrupted, npr_encoder_attention_mask=attention_mask,
+                       npr_encoder_labels=labels)
+        return out
+
+    def dor(self, examples, batch, generator):
+        return self.side_task("dor", examples, generator)
+
+    def gor(self, examples, batch, generator):
+        return self.side_task("gor", examples, generator)
+
+    def side_task(self, task: str, examples, generator):
+        texts = [self.side_texts.get(e.segment.docid, {}).get(task, "") for e in examples]
+        ids = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.side_max_length - 2,
+                             verbose=False)["input_ids"]
+        input_ids = pad_batch(ids, self.tokenizer)[0]
+        return self.decoder_text(task, ids, sample_whole_words(self.tables.words(input_ids), self.decoder_ratio,
+                                                               generator))
+
+    def decoder_text(self, task: str, token_lists, selected: torch.Tensor) -> dict[str, torch.Tensor]:
+        input_ids, attention_mask = pad_batch(token_lists, self.tokenizer)
+        inputs, labels = masked_inputs(input_ids, selected, self.tokenizer.mask_token_id)
+        return {f"{task}_input_ids": inputs, f"{task}_attention_mask": attention_mask, f"{task}_labels": labels}
+
+
+class TaskDecoder(nn.Module):
+    """A stack of plain BERT layers over [h; embeddings of the masked text]."""
+
+    def __init__(self, config, num_layers: int):
+        super().__init__()
+        self.config = config
+        self.layers = nn.ModuleList(BertLayer(config, layer_idx=i) for i in range(num_layers))
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        for layer in self.layers:
+            hidden = layer(hidden, mask)
+        return hidden
+
+
+class MASTER(PretrainModel):
+    """Encoder MLM + the MKP, CMP, NPR, DOR and GOR decoders (any subset)."""
+
+    name = "master"
+    Arguments = MasterArguments
+
+    def __init__(self, backbone, masking, method_args=None):
+        super().__init__(backbone, masking, method_args)
+        args = self.method_args
+        if args.master_npr_pairs not in ("segments", "halves"):
+            raise MasterSetupError(f"--master_npr_pairs must be segments or halves, got {args.master_npr_pairs!r}")
+        self.tables = TokenTables(self.tokenizer)
+        self.side_texts = self._side_texts(args)
+        self.tasks = self._active_tasks(parse_tasks(args.master_tasks))
+        self.keywords = self._keyword_masker(args) if {"mkp", "npr"} & set(self.tasks) else None
+        self.decoders = nn.ModuleDict({task: self._new_decoder(args) for task in self.tasks})
+
+    # ---- set-up ------------------------------------------------------------------------------------------------
+    def _side_texts(self, args: MasterArguments) -> dict[str, dict[str, str]]:
+        if args.master_side_texts is None:
+            return {}
+        texts = load_side_texts(args.master_side_texts, self.tokenizer.sep_token)
+        log.info("side texts for %d documents from %s", len(texts), args.master_side_texts)
+        return texts
+
+    def _active_tasks(self, requested: tuple[str, ...]) -> tuple[str, ...]:
+        tasks = []
+        for task in requested:
+            if task in SIDE_KEYS and not any(task in entry for entry in self.side_texts.values()):
+                log.warning("MASTER task %s is off: no %s texts (--master_side_texts)", task.upper(), SIDE_KEYS[task])
+                continue
+            tasks.append(task)
+        if not tasks:
+            raise MasterSetupError("no MASTER decoder task left to train (--master_tasks / --master_side_texts)")
+        log.info("MASTER tasks: %s", ",".join(tasks))
+        return tuple(tasks)
+
+    def _keyword_masker(self, args: MasterArguments) -> KeywordMasker:
+        if args.master_corpus_stats is None:
+            raise MasterSetupError("MKP and NPR need corpus statistics: run python -m retromae_ir.pretrain.corpus_stats "
+                                   "--corpus CORPUS --model MODEL --output STATS, then pass --master_corpus_stats STATS")
+        weighting = KeywordWeighting(CorpusStats.load(args.master_corpus_stats), args.master_keyword_weighting)
+        return KeywordMasker(self.tables, weighting)
+
+    def _new_decoder(self, args: MasterArguments) -> TaskDecoder:
+        config = self.encoder.config
+        decoder = TaskDecoder(config, args.master_decoder_layers)
+        if args.master_decoder_init == "random":
+            decoder.apply(self.encoder._init_weights)
+        elif args.master_decoder_init == "copy":
+            source = self.encoder.bert.encoder.layer
+            if args.master_decoder_layers > len(source):
+                raise MasterSetupError(f"cannot copy {args.master_decoder_layers} layers from a "
+                                       f"{len(source)}-layer encoder")
+            for target, layer in zip(decoder.layers, source[-args.master_decoder_layers:]):
+                target.load_state_dict(layer.state_dict())
+        else:
+            raise MasterSetupError(f"--master_decoder_init must be random or copy, got {args.master_decoder_init!r}")
+        return decoder
+
+    # ---- data --------------------------------------------------------------------------------------------------
+    def make_examples(self, segments: Sequence[Segment]) -> list[MasterExample]:
+        """Attach each segment's NPR pair (next segment of its document, or its own halves)."""
+        if "npr" not in self.tasks:
+            return [MasterExample(s) for s in segments]
+        if self.method_args.master_npr_pairs == "halves":
+            pairs = [split_halves(s.input_ids, self.tables.continuation) for s in segments]
+            examples = [MasterExample(s, *(pair or (None, None))) for s, pair in zip(segments, pairs)]
+        else:
+            by_position = {(s.docid, s.index): s for s in segments}
+            examples = [MasterExample(s, None, getattr(by_position.get((s.docid, s.index + 1)), "input_ids", None))
+                        for s in segments]
+        paired = sum(e.npr_target is not None for e in examples)
+        log.info("NPR (%s): %d of %d segments have a neighbouring span", self.method_args.master_npr_pairs,
+                 paired, len(examples))
+        if paired == 0:
+            log.warning("NPR has no pair in this corpus; try --master_npr_pairs halves")
+        return examples
+
+    def make_collator(self) -> MasterCollator:
+        args = self.method_args
+        return MasterCollator(self.tokenizer, self.tasks, self.masking.encoder_mask_ratio,
+                              self.masking.decoder_mask_ratio, self.keywords, self.side_texts,
+                              args.master_side_max_length, npr_halves=args.master_npr_pairs == "halves")
+
+    # ---- model -------------------------------------------------------------------------------------------------
+    def decode(self, task: str, cls: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               labels: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of ``task``'s decoder over its masked tokens (head applied there only)."""
+        embedded = self.encoder.bert.embeddings(input_ids=input_ids)
+        hidden = self.decoders[task](torch.cat([cls.unsqueeze(1), embedded[:, 1:]], dim=1), attention_mask)
+        labelled = labels != IGNORE_INDEX
+        return token_cross_entropy(self.encoder.cls(hidden[labelled]), labels[labelled])
+
+    def losses(self, batch: dict, encoded: EncoderOutput) -> dict[str, torch.Tensor]:
+        terms = {"mlm": encoded.mlm_loss}
+        for task in self.tasks:
+            cls = encoded.cls
+            if task == "cmp":
+                second = self.encode({"encoder_input_ids": batch["cmp_encoder_input_ids"],
+                                      "attention_mask": batch["attention_mask"],
+                                      "encoder_labels": batch["cmp_encoder_labels"]})
+                terms["cmp_mlm"], cls = second.mlm_loss, second.cls
+            elif task == "npr" and "npr_encoder_input_ids" in batch:
+                first = self.encode({"encoder_input_ids": batch["npr_encoder_input_ids"],
+                                     "attention_mask": batch["npr_encoder_attention_mask"],
+                                     "encoder_labels": batch["npr_encoder_labels"]})
+                terms["npr_mlm"], cls = first.mlm_loss, first.cls
+            attention_mask = batch.get(f"{task}_attention_mask", batch["attention_mask"])
+            terms[task] = self.decode(task, cls, batch[f"{task}_input_ids"], attention_mask, batch[f"{task}_labels"])
+        total = sum(terms.values())
+        return {"loss": total, **{name: value.detach() for name, value in terms.items()}}

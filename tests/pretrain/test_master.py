@@ -1,0 +1,200 @@
+"""MASTER on a tiny random BERT: task switches, CMP complementarity, NPR pairs, side texts, loss, CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from retromae_ir.pretrain.arguments import MaskingArguments
+from retromae_ir.pretrain.collate import Segment
+from retromae_ir.pretrain.keywords import count_corpus
+from retromae_ir.pretrain.master import (MASTER, MasterArguments, MasterExample, MasterSetupError, load_side_texts,
+                                         split_halves)
+from retromae_ir.pretrain.masking import IGNORE_INDEX
+
+TEXTS = {
+    "a": "Microstructural development of human newborn cerebral white matter assessed by diffusion tensor imaging.",
+    "b": "Alterations of the architecture of cerebral white matter in the developing brain affect cortical growth.",
+    "c": "A line scan diffusion weighted magnetic resonance imaging sequence measured the apparent coefficient.",
+    "d": "Relative anisotropy was calculated and fiber architecture was delineated in three dimensions here.",
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_bert_dir)
+
+
+@pytest.fixture(scope="module")
+def stats_file(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("stats") / "stats.json"
+    count_corpus(TEXTS.values(), tokenizer, "tiny").save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def side_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("side") / "side.jsonl"
+    rows = [{"id": "a", "queries": ["what is white matter", "newborn brain imaging"], "continuation": "The results show growth."},
+            {"id": "b", "queries": ["cortical growth"], "continuation": "Further studies follow."},
+            {"id": "c", "queries": ["apparent diffusion coefficient"]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def segments(tokenizer):
+    """Doc 'a' in two in-order segments (NPR pair), the others whole."""
+    ids = {docid: tokenizer(text, add_special_tokens=False)["input_ids"] for docid, text in TEXTS.items()}
+    return [Segment("a", 0, tuple(ids["a"][:8])), Segment("a", 1, tuple(ids["a"][8:])),
+            *(Segment(d, 0, tuple(ids[d])) for d in "bcd")]
+
+
+def build(tiny_bert_dir, **args) -> MASTER:
+    torch.manual_seed(0)
+    return MASTER.from_pretrained(str(tiny_bert_dir), MaskingArguments(), MasterArguments(**args))
+
+
+def collate(model, segments, seed=0):
+    return model.make_collator()(model.make_examples(segments), torch.Generator().manual_seed(seed))
+
+
+def test_dor_gor_are_off_without_side_texts(tiny_bert_dir, stats_file, side_file, segments):
+    model = build(tiny_bert_dir, master_corpus_stats=str(stats_file))
+    assert model.tasks == ("mkp", "cmp", "npr") and set(model.decoders) == {"mkp", "cmp", "npr"}
+    assert not any(k.startswith(("dor_", "gor_")) for k in collate(model, segments))
+    model = build(tiny_bert_dir, master_tasks="dor,gor", master_side_texts=str(side_file))
+    assert model.tasks == ("dor", "gor")
+    batch = collate(model, segments)
+    has_labels = lambda key: (batch[key] != IGNORE_INDEX).any(-1).tolist()  # noqa: E731
+    assert has_labels("dor_labels") == [True, True, True, True, False]  # a, a, b, c; d has no texts
+    assert has_labels("gor_labels") == [True, True, True, False, False]  # c has queries only
+    with pytest.raises(MasterSetupError, match="no MASTER decoder task"):
+        build(tiny_bert_dir, master_tasks="dor,gor")
+
+
+def test_side_texts_join_queries_with_sep(side_file):
+    texts = load_side_texts(side_file, "[SEP]")
+    assert texts["a"] == {"dor": "what is white matter [SEP] newborn brain imaging", "gor": "The results show growth."}
+    assert texts["c"] == {"dor": "apparent diffusion coefficient"}
+
+
+def test_cmp_masks_are_disjoint_and_cover_the_text(tiny_bert_dir, tokenizer, segments):
+    model = build(tiny_bert_dir, master_tasks="cmp")
+    for seed in range(5):
+        batch = collate(model, segments, seed)
+        ordinary = batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
+        encoder_masked = batch["cmp_encoder_labels"] != IGNORE_INDEX
+        decoder_masked = batch["cmp_labels"] != IGNORE_INDEX
+        assert not (encoder_masked & decoder_masked).any()
+        assert torch.equal(encoder_masked | decoder_masked, ordinary)
+        assert encoder_masked.any() and decoder_masked.any()
+        # the decoder sees exactly the tokens the encoder lost, and [MASK] wherever the encoder could look
+        assert torch.equal(batch["cmp_input_ids"][encoder_masked], batch["input_ids"][encoder_masked])
+        assert (batch["cmp_input_ids"][decoder_masked] == tokenizer.mask_token_id).all()
+        assert not torch.equal(batch["cmp_encoder_labels"], batch["encoder_labels"])  # its own mask, not the main one
+
+
+def test_npr_pairs_neighbouring_segments(tiny_bert_dir, stats_file, segments):
+    model = build(tiny_bert_dir, master_tasks="npr", master_corpus_stats=str(stats_file))
+    examples = model.make_examples(segments)
+    assert examples[0] == MasterExample(segments[0], None, segments[1].input_ids)
+    assert [e.npr_target for e in examples[1:]] == [None] * 4
+    batch = collate(model, segments)
+    labelled = batch["npr_labels"] != IGNORE_INDEX
+    assert labelled.any(-1).tolist() == [True, False, False, False, False]
+    assert (batch["npr_labels"][0][labelled[0]] == batch["npr_input_ids"].new_tensor(segments[1].input_ids)[
+        (batch["npr_input_ids"][0, 1:len(segments[1].input_ids) + 1] == model.tokenizer.mask_token_id)]).all()
+    assert "npr_encoder_input_ids" not in batch  # h comes from the main pass over segment i
+
+
+def test_npr_halves_cut_at_a_word_start(tiny_bert_dir, stats_file, tokenizer, segments):
+    model = build(tiny_bert_dir, master_tasks="npr", master_corpus_stats=str(stats_file), master_npr_pairs="halves")
+    ids = tokenizer("microstructural development of newborn", add_special_tokens=False)["input_ids"]
+    first, second = split_halves(ids, model.tables.continuation)
+    assert first + second == tuple(ids) and not tokenizer.convert_ids_to_tokens(second[0]).startswith("##")
+    assert split_halves(tokenizer("microstructural", add_special_tokens=False)["input_ids"],
+                        model.tables.continuation) is None
+    batch = collate(model, segments)
+    assert (batch["npr_encoder_labels"] != IGNORE_INDEX).any(-1).all()
+    assert {"npr_mlm", "npr"} <= set(model(batch))
+
+
+def test_mkp_masks_up_to_half_of_the_tokens_never_special(tiny_bert_dir, stats_file, tokenizer, segments):
+    model = build(tiny_bert_dir, master_tasks="mkp", master_corpus_stats=str(stats_file))
+    batch = collate(model, segments)
+    masked = batch["mkp_labels"] != IGNORE_INDEX
+    ordinary = batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
+    assert not (masked & ~ordinary).any()
+    # whole words while the count stays within round(0.5 n): a rare long word drawn early can stop it short
+    assert (masked.sum(-1) <= torch.round(0.5 * ordinary.sum(-1))).all() and masked.any(-1).all()
+    assert masked.sum() / ordinary.sum() > 0.4
+    assert (batch["mkp_input_ids"][masked] == tokenizer.mask_token_id).all()
+
+
+def test_setup_errors(tiny_bert_dir, stats_file):
+    with pytest.raises(MasterSetupError, match="corpus statistics"):
+        build(tiny_bert_dir, master_tasks="mkp")
+    with pytest.raises(MasterSetupError, match="unknown MASTER task"):
+        build(tiny_bert_dir, master_tasks="cmp,xyz")
+    with pytest.raises(MasterSetupError, match="segments or halves"):
+        build(tiny_bert_dir, master_tasks="cmp", master_npr_pairs="thirds")
+
+
+def test_copy_init_duplicates_the_last_encoder_layers(tiny_bert_dir):
+    model = build(tiny_bert_dir, master_tasks="cmp", master_decoder_init="copy")
+    source = model.encoder.bert.encoder.layer
+    for target, layer in zip(model.decoders["cmp"].layers, source):
+        assert all(torch.equal(a, b) for a, b in zip(target.state_dict().values(), layer.state_dict().values()))
+    fresh = build(tiny_bert_dir, master_tasks="cmp")
+    weight = fresh.decoders["cmp"].layers[0].attention.self.query.weight
+    assert abs(weight.std().item() - fresh.encoder.config.initializer_range) < 0.005
+
+
+def test_all_five_tasks_loss_goes_down(tiny_bert_dir, stats_file, side_file, segments):
+    model = build(tiny_bert_dir, master_corpus_stats=str(stats_file), master_side_texts=str(side_file))
+    assert model.tasks == ("mkp", "cmp", "npr", "dor", "gor")
+    batch = collate(model, segments)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    history = []
+    for _ in range(5):
+        torch.manual_seed(0)
+        terms = model(batch)
+        assert set(terms) == {"loss", "mlm", "cmp_mlm", "mkp", "cmp", "npr", "dor", "gor"}
+        assert torch.isclose(terms["loss"], sum(v for k, v in terms.items() if k != "loss"))  # Eq. 8
+        optimizer.zero_grad()
+        terms["loss"].backward()
+        optimizer.step()
+        history.append({k: v.item() for k, v in terms.items()})
+    assert history[-1]["loss"] < 0.85 * history[0]["loss"]  # 72.4 -> 57.3 when measured
+    assert all(history[-1][t] < history[0][t] for t in ("mkp", "cmp", "npr", "dor", "gor"))
+
+
+def test_checkpoint_round_trip_keeps_every_decoder(tmp_path, tiny_bert_dir, stats_file, side_file):
+    args = dict(master_corpus_stats=str(stats_file), master_side_texts=str(side_file))
+    model = build(tiny_bert_dir, **args)
+    with torch.no_grad():
+        model.decoders["gor"].layers[1].output.dense.weight.fill_(0.125)
+    model.save(tmp_path / "ckpt", {"step": 0})
+    again = build(tmp_path / "ckpt", **args)
+    assert {k.split(".")[1] for k in again.decoder_state_dict()} == {"mkp", "cmp", "npr", "dor", "gor"}
+    assert all(torch.equal(v, again.decoder_state_dict()[k]) for k, v in model.decoder_state_dict().items())
+
+
+def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file):
+    from retromae_ir.pretrain.__main__ import main
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in TEXTS.items()))
+    out = tmp_path / "run"
+    main(["--method", "master", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(out),
+          "--max-length", "16", "--batch-size", "4", "--max-steps", "2", "--logging-steps", "1",
+          "--master-corpus-stats", str(stats_file), "--master-side-texts", str(side_file), "--master-tasks",
+          "mkp,cmp,npr,dor,gor"])
+    meta = json.loads((out / "retromae_ir.json").read_text())
+    assert meta["method"] == "master" and meta["method_args"]["master_tasks"] == "mkp,cmp,npr,dor,gor"
+    header = (out / "loss.csv").read_text().splitlines()[0].split(",")
+    assert {"loss", "mkp", "cmp", "npr", "dor", "gor", "cmp_mlm"} <= set(header)
