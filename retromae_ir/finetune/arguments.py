@@ -1,0 +1,90 @@
+"""Fine-tuning options as dataclasses (``transformers.HfArgumentParser`` turns the fields into flags).
+
+The optimisation options extend pre-training's ``TrainingArguments`` (same trainer), with fine-tuning defaults
+(the RetroMAE MS MARCO recipe: lr 2e-5, temperature 1, dot product) and gradient caching in place of plain
+accumulation, which would shrink the pool of in-batch negatives.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from retromae_ir.pretrain.arguments import TrainingArguments
+
+STAGES = ("1", "2", "distill")
+
+
+@dataclass
+class ModelArguments:
+    encoder: str = field(default="dupmae-minilm", metadata={
+        "help": "encoder card (name in encoders/ or YAML path) giving the kind (dupmae: dense + sparse, else dense), "
+                "pooling, k, activation and max lengths; a card written by a previous stage continues from it"})
+    model: str | None = field(default=None, metadata={
+        "help": "checkpoint to start from instead of the card's (e.g. a pre-training output directory)"})
+    dims: int | None = field(default=None, metadata={
+        "help": "dense dimension d'; a new W_cls (orthogonal init) is created when the checkpoint has none and "
+                "d' differs from the hidden size. Default: the card's"})
+
+
+@dataclass
+class DataArguments:
+    train: str | None = field(default=None, metadata={
+        "help": "training examples: JSONL {query, positives, negatives[, positive_scores, negative_scores]} "
+                "(ids resolved in --corpus, or inline {title, text}) or MS MARCO text triples (.tsv)"})
+    corpus: str | None = field(default=None, metadata={
+        "help": "passages for document ids: BEIR corpus.jsonl or MS MARCO collection.tsv"})
+    queries: str | None = field(default=None, metadata={
+        "help": "with --qrels instead of --train: BEIR queries.jsonl or MS MARCO queries.train.tsv"})
+    qrels: str | None = field(default=None, metadata={
+        "help": "with --queries: BEIR qrels/train.tsv or MS MARCO qrels.train.tsv (positives only: in-batch "
+                "negatives, use --group-size 1)"})
+    min_relevance: int = field(default=1, metadata={"help": "qrels label counted as a positive"})
+    group_size: int = field(default=8, metadata={
+        "help": "passages per query: 1 positive + (G-1) negatives sampled from the example's negatives"})
+    max_query_length: int | None = field(default=None, metadata={"help": "default: the card's"})
+    max_passage_length: int | None = field(default=None, metadata={"help": "default: the card's"})
+
+    def __post_init__(self):
+        if self.group_size < 1:
+            raise ValueError(f"--group-size must be >= 1, got {self.group_size}")
+        if (self.train is None) == (self.qrels is None and self.queries is None):
+            raise ValueError("give either --train FILE or --queries FILE --qrels FILE (with --corpus)")
+        if self.train is None and not (self.queries and self.qrels and self.corpus):
+            raise ValueError("--qrels training data needs --queries, --qrels and --corpus")
+
+
+@dataclass
+class LossArguments:
+    stage: str = field(default="1", metadata={
+        "help": "1: in-batch (+ BM25) negatives, Eq. 13; 2: mined hard negatives, Eq. 14; distill: Eq. 15"})
+    temperature: float = field(default=1.0, metadata={"help": "scores are divided by it (official RetroMAE: 1)"})
+    teacher_temperature: float = field(default=1.0, metadata={"help": "distill: teacher softmax temperature"})
+    hard_label_weight: float = field(default=0.0, metadata={
+        "help": "distill: weight of an added Eq. 14 contrastive term on the hard labels (0: pure Eq. 15)"})
+
+    def __post_init__(self):
+        if self.stage not in STAGES:
+            raise ValueError(f"--stage must be one of {STAGES}, got {self.stage!r}")
+        if self.temperature <= 0 or self.teacher_temperature <= 0 or self.hard_label_weight < 0:
+            raise ValueError("temperatures must be > 0 and --hard-label-weight >= 0")
+
+    @property
+    def distill(self) -> bool:
+        return self.stage == "distill"
+
+
+@dataclass
+class FinetuneTrainingArguments(TrainingArguments):
+    batch_size: int = field(default=16, metadata={"help": "queries per process per optimizer step (the pool)"})
+    lr: float = field(default=2e-5, metadata={"help": "peak learning rate (AdamW, linear warm-up and decay)"})
+    save_steps: int = field(default=200, metadata={"help": "checkpoint every N steps; <= 0: only at the end"})
+    grad_cache_chunk: int = field(default=0, metadata={
+        "help": "gradient caching: encode this many queries (and their groups) at a time; the loss still sees "
+                "the whole batch, so memory drops without shrinking the negative pool. 0: no chunking"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.grad_accum != 1:
+            raise ValueError("--grad-accum would shrink the negative pool: use --grad-cache-chunk to fit a large "
+                             "--batch-size in memory instead")
+        if self.grad_cache_chunk < 0:
+            raise ValueError(f"--grad-cache-chunk must be >= 0, got {self.grad_cache_chunk}")

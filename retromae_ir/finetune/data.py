@@ -1,0 +1,224 @@
+"""Training examples (a query, its positives, its negatives, optionally teacher scores) from the three formats,
+and the collator that samples one group per query.
+
+Formats (bad input raises ``DataFormatError`` naming file and line, before any training starts):
+- JSONL, one query a line: ``{"query": text, "qid"?: id, "positives": [...], "negatives"?: [...],
+  "positive_scores"?: [...], "negative_scores"?: [...]}``; a passage is a document id (looked up in the
+  corpus) or an inline ``{"title"?, "text"}``; scores, when present, align with their list. ``mine`` and
+  ``rerank score`` write this format.
+- qrels: queries file + qrels file + corpus (BEIR ``qrels/train.tsv`` or MS MARCO ``qrels.train.tsv``):
+  positives only.
+- MS MARCO text triples ``query<TAB>positive<TAB>negative``: grouped by query text, in file order.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from retromae_ir.data.readers import (DataFormatError, iter_beir_corpus, iter_lines, iter_msmarco_collection,
+                                      load_qrels, load_topics)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainExample:
+    """One query with passage texts; scores (teacher) align with positives / negatives when given."""
+
+    query: str
+    positives: list[str]
+    negatives: list[str]
+    positive_scores: list[float] | None = None
+    negative_scores: list[float] | None = None
+    qid: str = ""
+
+    @property
+    def scored(self) -> bool:
+        return self.positive_scores is not None and self.negative_scores is not None
+
+
+def load_passages(path: str | Path) -> dict[str, str]:
+    """``{docid: text}`` from a BEIR corpus.jsonl (title + text) or an MS MARCO collection.tsv."""
+    path = Path(path)
+    docs = iter_msmarco_collection(path) if ".tsv" in path.suffixes else iter_beir_corpus(path)
+    return {doc.docid: doc.contents for doc in docs}
+
+
+def _passage(item, corpus: dict[str, str] | None, where: str) -> str:
+    if isinstance(item, dict):
+        if not isinstance(item.get("text"), str):
+            raise DataFormatError(f"{where}: an inline passage needs a string 'text', got {item!r:.80}")
+        return f"{item.get('title') or ''} {item['text']}".strip()
+    if not isinstance(item, (str, int)):
+        raise DataFormatError(f"{where}: a passage is a document id or {{'title', 'text'}}, got {item!r:.80}")
+    if corpus is None:
+        raise DataFormatError(f"{where}: document id {item!r} needs --corpus to look up its text")
+    try:
+        return corpus[str(item)]
+    except KeyError:
+        raise DataFormatError(f"{where}: document id {item!r} is not in the corpus") from None
+
+
+def _scores(record: dict, key: str, expected: int, where: str) -> list[float] | None:
+    values = record.get(key)
+    if values is None:
+        return None
+    if (not isinstance(values, list) or len(values) != expected
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+        raise DataFormatError(f"{where}: {key!r} must be a list of {expected} numbers aligned with "
+                              f"{key.split('_')[0]}s, got {values!r:.80}")
+    return [float(v) for v in values]
+
+
+def read_jsonl_examples(path: str | Path, corpus: dict[str, str] | None = None) -> list[TrainExample]:
+    """Examples from the JSONL format described in the module docstring."""
+    path = Path(path)
+    examples = []
+    for number, line in iter_lines(path):
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(f"{where}: invalid JSON ({err.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("query"), str) or not record["query"].strip():
+            raise DataFormatError(f"{where}: expected an object with a non-empty string 'query'")
+        lists = {}
+        for key in ("positives", "negatives"):
+            value = record.get(key, [])
+            if not isinstance(value, list):
+                raise DataFormatError(f"{where}: {key!r} must be a list")
+            lists[key] = [_passage(item, corpus, f"{where}: {key}") for item in value]
+        if not lists["positives"]:
+            raise DataFormatError(f"{where}: 'positives' is empty")
+        examples.append(TrainExample(
+            record["query"], lists["positives"], lists["negatives"],
+            _scores(record, "positive_scores", len(lists["positives"]), where),
+            _scores(record, "negative_scores", len(lists["negatives"]), where), str(record.get("qid", ""))))
+    return _nonempty(examples, path)
+
+
+def read_qrels_examples(queries: str | Path, qrels: str | Path, corpus: dict[str, str],
+                        min_relevance: int = 1) -> list[TrainExample]:
+    """Positives-only examples: every judged query with at least one document labelled >= ``min_relevance``."""
+    topics = load_topics(queries)
+    examples = []
+    for qid, judged in load_qrels(qrels).items():
+        positives = sorted(docid for docid, label in judged.items() if label >= min_relevance)
+        if not positives:
+            continue
+        if qid not in topics:
+            raise DataFormatError(f"{qrels}: query {qid!r} is judged but not in {queries}")
+        missing = [docid for docid in positives if docid not in corpus]
+        if missing:
+            raise DataFormatError(f"{qrels}: query {qid!r} judges documents {missing[:5]} missing from the corpus")
+        examples.append(TrainExample(topics[qid], [corpus[d] for d in positives], [], qid=qid))
+    return _nonempty(examples, qrels)
+
+
+def read_triples(path: str | Path) -> list[TrainExample]:
+    """MS MARCO text triples grouped by query; a positive or negative seen twice for a query is kept once."""
+    path = Path(path)
+    by_query: dict[str, TrainExample] = {}
+    for number, line in iter_lines(path):
+        fields = line.split("\t")
+        if len(fields) != 3 or not all(f.strip() for f in fields):
+            raise DataFormatError(f"{path}:{number}: expected 'query<TAB>positive<TAB>negative' (3 non-empty "
+                                  f"columns), got {len(fields)} column(s): {line[:80]!r}")
+        query, positive, negative = (f.strip() for f in fields)
+        example = by_query.setdefault(query, TrainExample(query, [], []))
+        if positive not in example.positives:
+            example.positives.append(positive)
+        if negative not in example.negatives:
+            example.negatives.append(negative)
+    return _nonempty(list(by_query.values()), path)
+
+
+def _nonempty(examples: list[TrainExample], path) -> list[TrainExample]:
+    if not examples:
+        raise DataFormatError(f"{path}: no training examples")
+    return examples
+
+
+def load_examples(data, need_scores: bool = False) -> list[TrainExample]:
+    """The examples ``DataArguments`` point to, checked against the group size (and teacher scores)."""
+    corpus = load_passages(data.corpus) if data.corpus else None
+    if data.train is None:
+        examples = read_qrels_examples(data.queries, data.qrels, corpus, data.min_relevance)
+    elif Path(data.train).suffix == ".tsv":
+        examples = read_triples(data.train)
+    else:
+        examples = read_jsonl_examples(data.train, corpus)
+    source = data.train or data.qrels
+    if data.group_size > 1:
+        bare = sum(not e.negatives for e in examples)
+        if bare:
+            raise DataFormatError(f"{source}: {bare} of {len(examples)} queries have no negatives but --group-size is "
+                                  f"{data.group_size}: mine negatives (python -m retromae_ir.mine) or use --group-size 1")
+    if need_scores:
+        unscored = sum(not e.scored for e in examples)
+        if unscored:
+            raise DataFormatError(f"{source}: {unscored} of {len(examples)} queries lack teacher scores "
+                                  "(positive_scores / negative_scores): score them with python -m retromae_ir.rerank score")
+    logger.info("%s: %d training queries, %.1f positives and %.1f negatives per query", source, len(examples),
+                sum(len(e.positives) for e in examples) / len(examples),
+                sum(len(e.negatives) for e in examples) / len(examples))
+    return examples
+
+
+def _pick(count: int, population: int, generator: torch.Generator) -> list[int]:
+    """``count`` indices into ``population`` items: without replacement when there are enough, else with."""
+    if population >= count:
+        return torch.randperm(population, generator=generator)[:count].tolist()
+    return torch.randint(population, (count,), generator=generator).tolist()
+
+
+@dataclass(frozen=True)
+class Group:
+    """One query's sampled group: texts [d+, d-_1 .. d-_{G-1}] and their teacher scores (or None)."""
+
+    query: str
+    passages: list[str]
+    scores: list[float] | None
+
+
+def sample_group(example: TrainExample, group_size: int, generator: torch.Generator) -> Group:
+    """One positive and ``group_size - 1`` negatives, drawn with ``generator`` (reproducible per micro-batch)."""
+    p = _pick(1, len(example.positives), generator)[0]
+    negatives = _pick(group_size - 1, len(example.negatives), generator) if group_size > 1 else []
+    passages = [example.positives[p]] + [example.negatives[n] for n in negatives]
+    scores = None
+    if example.scored:
+        scores = [example.positive_scores[p]] + [example.negative_scores[n] for n in negatives]
+    return Group(example.query, passages, scores)
+
+
+class GroupCollator:
+    """Examples -> padded query / passage batches (``size`` queries, ``size * G`` passages, query-major)."""
+
+    def __init__(self, tokenizer, group_size: int, max_query_length: int, max_passage_length: int,
+                 teacher: bool = False):
+        self.tokenizer = tokenizer
+        self.group_size = group_size
+        self.max_query_length = max_query_length
+        self.max_passage_length = max_passage_length
+        self.teacher = teacher
+
+    def tokenize(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+        return dict(self.tokenizer(texts, truncation=True, max_length=max_length, padding=True,
+                                   return_tensors="pt", return_token_type_ids=False))
+
+    def __call__(self, examples: Sequence[TrainExample], generator: torch.Generator) -> dict:
+        groups = [sample_group(e, self.group_size, generator) for e in examples]
+        queries = self.tokenize([g.query for g in groups], self.max_query_length)
+        passages = self.tokenize([p for g in groups for p in g.passages], self.max_passage_length)
+        batch = {"size": len(groups),
+                 "query_input_ids": queries["input_ids"], "query_attention_mask": queries["attention_mask"],
+                 "passage_input_ids": passages["input_ids"], "passage_attention_mask": passages["attention_mask"]}
+        if self.teacher:
+            batch["teacher"] = torch.tensor([g.scores for g in groups], dtype=torch.float32)
+        return batch
