@@ -31,22 +31,30 @@ class CorpusStatsError(ValueError):
     """A statistics file that is missing, malformed or made with another vocabulary."""
 
 
-def word_strings(tokens: Sequence[str], words: Sequence[int]) -> list[str]:
-    """The string of each word index (0..n-1) of one row, from its tokens and ``word_ids`` row (-1 = none)."""
-    pieces: list[list[str]] = []
-    for token, word in zip(tokens, words):
+def piece_table(tokenizer) -> list[str]:
+    """Each vocabulary id's text without its ``##`` continuation marker (built once, indexed per token)."""
+    vocab = tokenizer.get_vocab()
+    table = [""] * (max(len(tokenizer), max(vocab.values()) + 1))
+    for token, index in vocab.items():
+        table[index] = token.removeprefix("##")
+    return table
+
+
+def word_strings(pieces: Sequence[str], words: Sequence[int]) -> list[str]:
+    """The string of each word index (0..n-1) of one row, from its pieces and ``word_ids`` row (-1 = none)."""
+    joined: list[list[str]] = []
+    for piece, word in zip(pieces, words):
         if word < 0:
             continue
-        if word == len(pieces):
-            pieces.append([])
-        pieces[word].append(token.removeprefix("##"))
-    return ["".join(p) for p in pieces]
+        if word == len(joined):
+            joined.append([])
+        joined[word].append(piece)
+    return ["".join(p) for p in joined]
 
 
-def batch_word_strings(input_ids: torch.Tensor, words: torch.Tensor, tokenizer) -> list[list[str]]:
-    """:func:`word_strings` for every row of a [B, L] batch."""
-    return [word_strings(tokenizer.convert_ids_to_tokens(ids), row)
-            for ids, row in zip(input_ids.tolist(), words.tolist())]
+def batch_word_strings(input_ids: torch.Tensor, words: torch.Tensor, table: Sequence[str]) -> list[list[str]]:
+    """:func:`word_strings` for every row of a [B, L] batch; ``table`` from :func:`piece_table`."""
+    return [word_strings([table[i] for i in ids], row) for ids, row in zip(input_ids.tolist(), words.tolist())]
 
 
 @dataclass
@@ -89,13 +97,14 @@ class CorpusStats:
 def count_corpus(texts: Iterable[str], tokenizer, name: str, batch_size: int = 256) -> CorpusStats:
     """Count every word of every text (untruncated), grouped into words exactly as the collators do."""
     tables = TokenTables(tokenizer)
+    table = piece_table(tokenizer)
     stats = CorpusStats(name, tables.vocab_size)
     batch: list[str] = []
 
     def flush():
         ids = tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]
         input_ids, _ = pad_batch(ids, tokenizer)
-        for row in batch_word_strings(input_ids, tables.words(input_ids), tokenizer):
+        for row in batch_word_strings(input_ids, tables.words(input_ids), table):
             stats.add_document(row)
         batch.clear()
 
@@ -135,11 +144,12 @@ class KeywordMasker:
                                    f"vocabulary ({weighting.stats.tokenizer}); this tokenizer has {tables.vocab_size}")
         self.tables = tables
         self.weighting = weighting
+        self.pieces = piece_table(tables.tokenizer)
 
     def __call__(self, input_ids: torch.Tensor, ratio: float, generator: torch.Generator | None = None) -> torch.Tensor:
         """Bool [B, L] selection (never special tokens or padding)."""
         words = self.tables.words(input_ids)
         weights = torch.ones(input_ids.shape, dtype=torch.float64)
-        for i, row in enumerate(batch_word_strings(input_ids, words, self.tables.tokenizer)):
+        for i, row in enumerate(batch_word_strings(input_ids, words, self.pieces)):
             weights[i, :len(row)] = torch.tensor(self.weighting.weights(row), dtype=torch.float64)
         return sample_whole_words(words, ratio, generator, weights=weights.to(input_ids.device))

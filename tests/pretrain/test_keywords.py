@@ -10,7 +10,7 @@ import torch
 from retromae_ir.pretrain import corpus_stats
 from retromae_ir.pretrain.collate import TokenTables, pad_batch
 from retromae_ir.pretrain.keywords import (CorpusStats, CorpusStatsError, KeywordMasker, KeywordWeighting,
-                                           count_corpus, word_strings)
+                                           count_corpus, piece_table, word_strings)
 
 TEXTS = ["Microstructural cats and dogs.", "The cats sleep and the dogs bark."]
 
@@ -22,9 +22,11 @@ def tokenizer(minilm_path):
     return AutoTokenizer.from_pretrained(minilm_path)
 
 
-def test_word_strings_join_wordpieces():
-    tokens = ["[CLS]", "micro", "##structural", "of", "[SEP]"]
-    assert word_strings(tokens, [-1, 0, 0, 1, -1]) == ["microstructural", "of"]
+def test_word_strings_join_wordpieces(tokenizer):
+    table = piece_table(tokenizer)
+    assert table[tokenizer.convert_tokens_to_ids("##ing")] == "ing" and table[101] == "[CLS]"
+    pieces = ["[CLS]", "micro", "structural", "of", "[SEP]"]
+    assert word_strings(pieces, [-1, 0, 0, 1, -1]) == ["microstructural", "of"]
 
 
 def test_count_corpus_exact(tokenizer):
