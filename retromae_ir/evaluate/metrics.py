@@ -61,7 +61,8 @@ def remove_self_hits(run: Run) -> Run:
     return {qid: {docid: score for docid, score in hits.items() if docid != qid} for qid, hits in run.items()}
 
 
-def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS, min_relevance: int = 1) -> dict[str, dict[str, float]]:
+def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS,
+                       min_relevance: int = 1) -> dict[str, dict[str, float]]:
     """``{metric: {qid: value}}`` for every query of ``qrels`` (0.0 where the run has no hits for it)."""
     if not qrels:
         raise ValueError("qrels are empty: nothing to evaluate against")

@@ -80,7 +80,8 @@ def test_empty_texts_are_kept_counted_and_warned(tmp_path, caplog):
 
 
 def test_beir_queries(tmp_path):
-    path = write(tmp_path / "queries.jsonl", '{"_id": "1", "text": "q one", "metadata": {}}\n{"_id": "2", "text": "q2"}\n')
+    path = write(tmp_path / "queries.jsonl",
+                 '{"_id": "1", "text": "q one", "metadata": {}}\n{"_id": "2", "text": "q2"}\n')
     assert load_beir_queries(path) == {"1": "q one", "2": "q2"}
 
 
