@@ -1,5 +1,6 @@
 """One small index for every search test: six documents on unrelated topics, one matching query each,
-encoded with a DupMAE card over the packaged MiniLM (short lengths) through the real CLIs."""
+encoded with a DupMAE card over the packaged MiniLM (short lengths) through our CLI entry points (in process;
+the Lucene indexing they run is a subprocess)."""
 from __future__ import annotations
 
 import subprocess
@@ -41,9 +42,10 @@ def handful(tmp_path_factory):
     root = tmp_path_factory.mktemp("handful")
     card = root / "handful-card.yaml"
     card.write_text(CARD)
-    _run_cli("-m", "retromae_ir.encode", "corpus", "--encoder", str(card), "--corpus", str(CORPUS),
-            "--output", str(root / "index"), "--threads", "1", "--chunk-size", "4")
-    _run_cli("-m", "retromae_ir.encode", "queries", "--encoder", str(card), "--topics", str(TOPICS),
-            "--output", str(root / "queries"), "--threads", "1")
+    from retromae_ir.encode.__main__ import main
+
+    main(["corpus", "--encoder", str(card), "--corpus", str(CORPUS), "--output", str(root / "index"),
+          "--chunk-size", "4"])
+    main(["queries", "--encoder", str(card), "--topics", str(TOPICS), "--output", str(root / "queries")])
     expected = {line.split("\t")[0]: "d-" + line.split("\t")[0][2:] for line in TOPICS.read_text().splitlines()}
     return card, root / "index", root / "queries", TOPICS, expected

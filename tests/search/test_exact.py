@@ -1,0 +1,105 @@
+"""Exact hybrid equals brute force, and every wrong combination of index, card and queries is an error."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from retromae_ir.encode import EncoderModel, load_card
+from retromae_ir.encode.base import Encoded
+from retromae_ir.encode.manifest import IndexMismatchError
+from retromae_ir.search import BruteForceScorer, ExactHybridSearcher, HybridIndex
+
+
+@pytest.fixture(scope="module")
+def model(handful):
+    return EncoderModel.from_card(handful[0], device="cpu")
+
+
+@pytest.fixture(scope="module")
+def queries(handful, model):
+    """The six topics plus the six documents' own texts as queries (many near-ties)."""
+    texts = [line.split("\t")[1] for line in handful[3].read_text().splitlines()]
+    texts += [json.loads(line)["text"] for line in (handful[3].parent / "handful_corpus.jsonl").open()]
+    return model.encode_query(texts)
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense", "sparse"])
+def test_exact_hybrid_equals_brute_force(handful, model, queries, mode):
+    searcher = ExactHybridSearcher(handful[1], model, mode=mode, candidates=1000)
+    brute = BruteForceScorer(searcher.index)
+    exact_hits, brute_hits = searcher.search_encoded(queries, 6), brute.search(queries.dense, queries.sparse, 6, mode)
+    for exact, reference in zip(exact_hits, brute_hits):
+        if mode == "sparse":  # documents sharing no term have no sparse score: brute force lists them at 0
+            reference = [hit for hit in reference if hit[1] > 0]
+        assert [d for d, _ in exact] == [d for d, _ in reference]
+        np.testing.assert_allclose([s for _, s in exact], [s for _, s in reference], rtol=1e-5, atol=1e-4)
+
+
+def test_every_candidate_gets_its_exact_score_even_with_few_candidates(handful, model, queries):
+    searcher = ExactHybridSearcher(handful[1], model, candidates=1)
+    full = BruteForceScorer(searcher.index).scores(queries.dense, queries.sparse)
+    position = {docid: i for i, docid in enumerate(searcher.index.docids)}
+    for row, hits in zip(full, searcher.search_encoded(queries, 1)):  # K' = max(hits, candidates) = 1
+        assert len(hits) == 1
+        for docid, score in hits:
+            assert score == pytest.approx(row[position[docid]], rel=1e-5, abs=1e-4)
+
+
+def test_query_dimension_mismatch(handful, model, queries):
+    searcher = ExactHybridSearcher(handful[1], model)
+    with pytest.raises(IndexMismatchError, match="384-d"):
+        searcher.search_encoded(Encoded(queries.dense[:, :100], queries.sparse))
+    with pytest.raises(IndexMismatchError, match="vocabulary"):
+        searcher.search_encoded(Encoded(queries.dense, queries.sparse[:, :100]))
+
+
+@pytest.mark.parametrize("change, message", [({"scale": 50.0}, "scale"), ({"k": 32}, "k: index 64 vs card 32"),
+                                             ({"dims": 128}, "dims"), ({"activation": "relu"}, "activation")])
+def test_index_built_with_another_card(handful, change, message):
+    card = dataclasses.replace(load_card(handful[0]), **change)
+    with pytest.raises(IndexMismatchError, match=message):
+        HybridIndex(handful[1], card)
+
+
+def _copy(handful, tmp_path):
+    target = tmp_path / "copy"
+    shutil.copytree(handful[1], target, ignore=shutil.ignore_patterns(".work", "index"))
+    shutil.copytree(handful[1] / "dense", target / "dense", dirs_exist_ok=True)
+    return target
+
+
+def test_missing_docid_file(handful, tmp_path):
+    target = _copy(handful, tmp_path)
+    (target / "dense" / "docid").unlink()
+    with pytest.raises(IndexMismatchError, match="docid"):
+        HybridIndex(target, handful[0])
+
+
+def test_empty_index(handful, tmp_path):
+    import faiss
+
+    target = _copy(handful, tmp_path)
+    faiss.write_index(faiss.IndexFlatIP(384), str(target / "dense" / "index"))
+    (target / "dense" / "docid").write_text("")
+    with pytest.raises(IndexMismatchError, match="empty"):
+        HybridIndex(target, handful[0])
+
+
+def test_not_an_index(tmp_path, handful):
+    with pytest.raises(IndexMismatchError, match="manifest"):
+        HybridIndex(tmp_path, handful[0])
+
+
+def test_sparse_mode_needs_a_sparse_card(handful, tmp_path):
+    """A dense-only index searched in sparse mode fails up front."""
+    target = _copy(handful, tmp_path)
+    manifest = json.loads((target / "manifest.json").read_text())
+    dense_card = dataclasses.replace(load_card(handful[0]), kind="cls-dense")
+    manifest.update(card=dense_card.to_dict(), fingerprint=dense_card.fingerprint())
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="sparse side"):
+        ExactHybridSearcher(target, dense_card, mode="sparse")
