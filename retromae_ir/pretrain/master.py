@@ -166,12 +166,10 @@ class MasterCollator:
                 "cmp_input_ids": inputs, "cmp_labels": labels}
 
     def npr(self, examples, batch, generator):
-        targets = [e.npr_target or () for e in examples]
-        out = self.decoder_text("npr", targets, self.keywords(pad_batch(targets, self.tokenizer)[0], self.decoder_ratio,
-                                                              generator))
+        input_ids, attention_mask = pad_batch([e.npr_target or () for e in examples], self.tokenizer)
+        out = self.decoder_text("npr", input_ids, attention_mask, self.keywords(input_ids, self.decoder_ratio, generator))
         if self.npr_halves:  # the first halves get their own encoder pass
-            sources = [e.npr_source or () for e in examples]
-            input_ids, attention_mask = pad_batch(sources, self.tokenizer)
+            input_ids, attention_mask = pad_batch([e.npr_source or () for e in examples], self.tokenizer)
             selected = sample_whole_words(self.tables.words(input_ids), self.encoder_ratio, generator)
             corrupted, labels = mlm_corrupt(input_ids, selected, self.tokenizer.mask_token_id,
                                             self.tables.vocab_size, generator)
@@ -189,12 +187,12 @@ class MasterCollator:
         texts = [self.side_texts.get(e.segment.docid, {}).get(task, "") for e in examples]
         ids = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.side_max_length - 2,
                              verbose=False)["input_ids"]
-        input_ids = pad_batch(ids, self.tokenizer)[0]
-        return self.decoder_text(task, ids, sample_whole_words(self.tables.words(input_ids), self.decoder_ratio,
-                                                               generator))
+        input_ids, attention_mask = pad_batch(ids, self.tokenizer)
+        selected = sample_whole_words(self.tables.words(input_ids), self.decoder_ratio, generator)
+        return self.decoder_text(task, input_ids, attention_mask, selected)
 
-    def decoder_text(self, task: str, token_lists, selected: torch.Tensor) -> dict[str, torch.Tensor]:
-        input_ids, attention_mask = pad_batch(token_lists, self.tokenizer)
+    def decoder_text(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     selected: torch.Tensor) -> dict[str, torch.Tensor]:
         inputs, labels = masked_inputs(input_ids, selected, self.tokenizer.mask_token_id)
         return {f"{task}_input_ids": inputs, f"{task}_attention_mask": attention_mask, f"{task}_labels": labels}
 
