@@ -1,0 +1,52 @@
+"""``python -m retromae_ir.finetune --stage {1,2,distill} --encoder CARD (--train FILE | --queries Q --qrels R)
+--corpus C --output DIR [...]``.
+
+A thin CLI over ``FinetuneTrainer``: the flags are the fields of ``arguments.py``; inputs and the output directory
+are checked before the model loads. Under ``torchrun --nproc-per-node N`` it trains data-parallel with in-batch
+negatives gathered across processes. The result, ``DIR/card.yaml``, is an encoder card for encode / search / mine.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from retromae_ir.encode.cards import load_card
+from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments, LossArguments, ModelArguments
+from retromae_ir.finetune.data import load_examples
+from retromae_ir.finetune.model import BiEncoder, load_encoder
+from retromae_ir.finetune.trainer import FinetuneTrainer
+from retromae_ir.logs import setup_logging
+from retromae_ir.pretrain.trainer import resume_point
+
+
+def parse(argv: list[str] | None = None):
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser([ModelArguments, DataArguments, LossArguments, FinetuneTrainingArguments],
+                              description=__doc__.splitlines()[0])
+    return parser.parse_args_into_dataclasses(argv)
+
+
+def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
+        training: FinetuneTrainingArguments) -> Path:
+    overrides = {key: value for key, value in (("checkpoint", model_args.model), ("dims", model_args.dims))
+                 if value is not None}
+    card = load_card(model_args.encoder, **overrides)
+    resume_point(training.output, training.resume)
+    examples = load_examples(data, need_scores=loss.distill)
+    model = BiEncoder(load_encoder(card, training.seed), data, loss)
+
+    def reload(checkpoint: Path) -> BiEncoder:
+        return BiEncoder(load_encoder(dataclasses.replace(card, checkpoint=str(checkpoint))), data, loss)
+
+    metadata = {"encoder": model_args.encoder, "start_checkpoint": card.checkpoint}
+    return FinetuneTrainer(model, examples, training, metadata, reload).train()
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    run(*parse(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The bi-encoder being fine-tuned: an ``EncoderModel`` (the retrieval code) plus the stage's loss.
+
+Training calls the same ``represent`` (pooling, W_cls, OT max-pool, activation, top-k) and the same
+``representation.score`` (Eq. 12: dense dot + sparse dot; dense only for RetroMAE / MASTER cards) that encoding
+and search use, so what is optimised is exactly what is retrieved with.
+
+A saved checkpoint is the Hugging Face model (``BertForMaskedLM`` with its LM head for DupMAE cards, the encoder
+for dense cards), the tokenizer, ``projection.safetensors`` (W_cls, when there is one), ``retromae_ir.json``, and
+``card.yaml``: the input card pointing at this directory, so ``--encoder DIR/card.yaml`` works downstream.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+import yaml
+
+from retromae_ir.encode import MODEL_CLASSES, EncoderModel
+from retromae_ir.encode.base import PROJECTION_FILE
+from retromae_ir.encode.cards import EncoderCard
+from retromae_ir.encode.representation import score
+from retromae_ir.finetune.arguments import DataArguments, LossArguments
+from retromae_ir.finetune.data import GroupCollator
+from retromae_ir.finetune.losses import contrastive_loss, distillation_loss
+from retromae_ir.io import atomic_write
+from retromae_ir.pretrain.contrastive import gather_with_grad
+
+CARD_FILE = "card.yaml"
+METADATA_FILE = "retromae_ir.json"
+
+
+def load_encoder(card: EncoderCard, seed: int = 0) -> EncoderModel:
+    """The card's EncoderModel in train mode; a fresh W_cls [dims, hidden] (orthogonal, seeded) when the
+    checkpoint has none and the card's dims differ from the hidden size."""
+    from transformers import AutoConfig
+
+    path = card.checkpoint_path()
+    hidden = AutoConfig.from_pretrained(path).hidden_size
+    fresh = card.dims != hidden and not (Path(path) / PROJECTION_FILE).is_file()
+    model = MODEL_CLASSES[card.kind].from_checkpoint(dataclasses.replace(card, dims=hidden) if fresh else card)
+    if fresh:
+        layer = torch.nn.Linear(hidden, card.dims, bias=False)
+        torch.nn.init.orthogonal_(layer.weight, generator=torch.Generator().manual_seed(seed))
+        model.projection = layer
+        model.card = card
+    return model.train()
+
+
+def hf_model(encoder: EncoderModel) -> torch.nn.Module:
+    """The transformers module of an EncoderModel (masked LM for DupMAE, encoder otherwise)."""
+    return encoder.mlm if hasattr(encoder, "mlm") else encoder.backbone
+
+
+def write_card(directory: Path, card: EncoderCard, description: str) -> Path:
+    """``DIR/card.yaml``: ``card`` with its checkpoint set to ``directory`` (absolute)."""
+    directory = Path(directory).resolve()
+    fields = dataclasses.replace(card, name=directory.name, checkpoint=str(directory),
+                                 description=description).to_dict()
+    with atomic_write(directory / CARD_FILE) as handle:
+        yaml.safe_dump(fields, handle, sort_keys=False)
+    return directory / CARD_FILE
+
+
+class BiEncoder(torch.nn.Module):
+    """``forward``: representations of a batch's queries and passages; ``loss``: the stage's objective on the
+    representations of all processes' batches (gathered, gradient to the local rows)."""
+
+    gathers = True
+
+    def __init__(self, encoder: EncoderModel, data: DataArguments, loss: LossArguments):
+        super().__init__()
+        self.encoder = encoder
+        self.data = data
+        self.loss_args = loss
+        self.name = f"{encoder.card.kind} stage {loss.stage}"
+
+    @property
+    def card(self) -> EncoderCard:
+        return self.encoder.card
+
+    @property
+    def tokenizer(self):
+        return self.encoder.tokenizer
+
+    def make_collator(self) -> GroupCollator:
+        return GroupCollator(self.tokenizer, self.data.group_size,
+                             self.data.max_query_length or self.card.max_query_length,
+                             self.data.max_passage_length or self.card.max_passage_length, self.loss_args.distill)
+
+    def forward(self, batch: dict) -> dict[str, torch.Tensor]:
+        outputs = {}
+        for side, k in (("query", self.card.query_k), ("passage", self.card.k)):
+            dense, sparse = self.encoder.represent(batch[f"{side}_input_ids"], batch[f"{side}_attention_mask"], k)
+            outputs[f"{side}_dense"] = dense
+            if sparse is not None:
+                outputs[f"{side}_sparse"] = sparse
+        return outputs
+
+    def scores(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Eq. 12 between every (gathered) query and every (gathered) passage: [Q, Q*G]."""
+        every = {key: gather_with_grad(value)[0] for key, value in outputs.items()}
+        return score(every["query_dense"], every["passage_dense"], every.get("query_sparse"),
+                     every.get("passage_sparse")).float()
+
+    def loss(self, outputs: dict[str, torch.Tensor], batch: dict) -> dict[str, torch.Tensor]:
+        args = self.loss_args
+        scores = self.scores(outputs)
+        group = scores.shape[1] // scores.shape[0]
+        ce = contrastive_loss(scores, group, args.temperature)
+        if not args.distill:
+            return {"loss": ce}
+        teacher = gather_with_grad(batch["teacher"])[0]
+        kl = distillation_loss(scores, teacher, group, args.temperature, args.teacher_temperature)
+        return {"loss": kl + args.hard_label_weight * ce, "kl": kl.detach(), "ce": ce.detach()}
+
+    def after_save(self, directory: Path) -> None:
+        write_card(directory, self.card, f"{self.name} fine-tuning of {self.card.checkpoint} on "
+                   f"{self.data.train or self.data.qrels}")
+
+    def save(self, directory: str | Path, metadata: dict) -> None:
+        """Write the checkpoint files (see the module docstring) into a fresh ``directory``; the card is written by
+        the caller once the directory has its final name."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        hf_model(self.encoder).save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        if self.encoder.projection is not None:
+            state = {k: v.detach().contiguous().cpu() for k, v in self.encoder.projection.state_dict().items()}
+            save_file(state, str(directory / PROJECTION_FILE))
+        with atomic_write(directory / METADATA_FILE) as handle:
+            json.dump({"method": f"finetune-{self.loss_args.stage}", "card": self.card.to_dict(),
+                       "data": dataclasses.asdict(self.data), "loss": dataclasses.asdict(self.loss_args),
+                       **metadata}, handle, indent=2, default=str)
