@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from retromae_ir.data.readers import iter_beir_corpus
+from retromae_ir.data.readers import iter_corpus
 from retromae_ir.io import atomic_dir, atomic_write
 
 logger = logging.getLogger(__name__)
@@ -43,10 +43,11 @@ def corpus_fingerprint(corpus: Path) -> dict:
 
 
 def write_json_collection(corpus: Path, out_dir: Path) -> int:
-    """Write Pyserini's JsonCollection (``{"id", "contents"}``, contents = title + " " + text); returns the count."""
+    """Write Pyserini's JsonCollection (``{"id", "contents"}``, contents = title + " " + text); returns the count.
+    ``corpus`` is a BEIR ``corpus.jsonl`` or an MS MARCO ``collection.tsv``."""
     count = 0
     with atomic_write(out_dir / "docs.jsonl") as handle:
-        for doc in tqdm(iter_beir_corpus(corpus), desc=f"collection {corpus.parent.name}", unit="doc"):
+        for doc in tqdm(iter_corpus(corpus), desc=f"collection {corpus.name}", unit="doc"):
             handle.write(json.dumps({"id": doc.docid, "contents": doc.contents}, ensure_ascii=False) + "\n")
             count += 1
     return count
@@ -58,7 +59,7 @@ def index_is_current(index_dir: Path, fingerprint: dict) -> bool:
 
 
 def build_index(corpus: Path, index_dir: Path, threads: int = 2) -> Path:
-    """Build (or reuse) a Lucene BM25 index of a BEIR ``corpus.jsonl`` at ``index_dir``."""
+    """Build (or reuse) a Lucene BM25 index of ``corpus`` (BEIR jsonl or MS MARCO tsv) at ``index_dir``."""
     corpus, index_dir = Path(corpus), Path(index_dir)
     fingerprint = corpus_fingerprint(corpus)
     if index_is_current(index_dir, fingerprint):
@@ -106,7 +107,7 @@ class BM25Searcher:
 
 
 class BM25Retriever:
-    """The BEIR suite's BM25 retriever: one index per BEIR part under ``index_root``, built on first use."""
+    """BM25 as an evaluation-suite retriever: one index per corpus under ``index_root``, built on first use."""
 
     name = "bm25"
 
@@ -115,6 +116,6 @@ class BM25Retriever:
         self.params = params
         self.threads = threads
 
-    def retrieve(self, part, folder: Path, queries: dict[str, str]) -> dict[str, dict[str, float]]:
-        index = build_index(Path(folder) / "corpus.jsonl", self.index_root / part.name, self.threads)
+    def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
+        index = build_index(corpus, self.index_root / index_name, self.threads)
         return BM25Searcher(index, self.params, self.threads).search(queries)

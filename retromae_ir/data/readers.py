@@ -296,3 +296,13 @@ def load_topics(path: PathLike, stats: ReadStats | None = None) -> dict[str, str
     if not topics:
         raise DataFormatError(f"{path}: no topics")
     return topics
+
+
+def iter_corpus(path: PathLike, stats: ReadStats | None = None) -> Iterator[Document]:
+    """Any supported corpus by its name: ``*.tsv[.gz]`` is an MS MARCO collection, ``*.jsonl[.gz]`` a BEIR corpus."""
+    name = Path(path).name.removesuffix(".gz")
+    if name.endswith(".tsv"):
+        return iter_msmarco_collection(path, stats)
+    if name.endswith(".jsonl"):
+        return iter_beir_corpus(path, stats)
+    raise DataFormatError(f"{path}: unknown corpus format (expected a BEIR corpus .jsonl or an MS MARCO .tsv)")

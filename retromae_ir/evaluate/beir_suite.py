@@ -1,6 +1,6 @@
 """Evaluate one retriever over BEIR datasets: resolve, retrieve, write runs, score, tabulate.
 
-A retriever is anything with a ``name`` and ``retrieve(part, folder, queries, drop_self_hits) -> run``; the suite
+A retriever is anything with a ``name`` and ``retrieve(corpus, index_name, queries) -> run``; the suite
 owns everything around it (data resolution, run files, skipping finished datasets, cqadupstack averaging,
 tables), so BM25 and the neural encoders share it.
 """
@@ -29,8 +29,8 @@ Run = dict[str, dict[str, float]]
 class Retriever(Protocol):
     name: str
 
-    def retrieve(self, part: BeirPart, folder: Path, queries: dict[str, str]) -> Run:
-        """Top documents for each query of ``part`` (its BEIR files are in ``folder``)."""
+    def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> Run:
+        """Top documents of ``corpus`` for each query; indexes it builds are kept under ``index_name``."""
 
 
 @dataclass
@@ -72,7 +72,7 @@ class BeirSuite:
             logger.info("%s: reusing %s (pass --force to redo)", part.name, run_path)
             run = read_trec_run(run_path)
         else:
-            run = self.retriever.retrieve(part, part.folder(folder), queries)
+            run = self.retriever.retrieve(part.folder(folder) / "corpus.jsonl", part.name, queries)
             if drop_self_hits:
                 run = remove_self_hits(run)
             write_trec_run(run_path, run, tag=self.retriever.name[:12])

@@ -1,0 +1,79 @@
+"""TREC Deep Learning 2019/2020 and MS MARCO dev-subset evaluation over an MS MARCO passage collection.
+
+Topics and qrels come from local files (``--topics-dir``, then ``$RETROMAE_IR_TOPICS``; Anserini's file names, as in
+shared/data/topics-and-qrels) or, with a network, from Pyserini by name. Only judged queries are searched (DL19 has
+43 judged of 200). DL uses the TREC convention (relevance >= 2 for MAP and recall); dev uses MRR@10 and R@1000.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from retromae_ir.data.readers import load_qrels, load_topics
+from retromae_ir.evaluate.metrics import TREC_DL_MIN_RELEVANCE, evaluate_run
+from retromae_ir.evaluate.runs import read_trec_run, write_trec_run
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicSet:
+    name: str
+    topics_file: str      # Anserini's file name
+    qrels_file: str
+    pyserini_name: str    # what pyserini.search.get_topics / get_qrels_file know
+    min_relevance: int
+    metrics: tuple[str, ...]
+
+
+TOPIC_SETS = {t.name: t for t in (
+    TopicSet("dl19", "topics.dl19-passage.txt", "qrels.dl19-passage.txt", "dl19-passage",
+             TREC_DL_MIN_RELEVANCE, ("ndcg@10", "map", "recall@1000")),
+    TopicSet("dl20", "topics.dl20.txt", "qrels.dl20-passage.txt", "dl20-passage",
+             TREC_DL_MIN_RELEVANCE, ("ndcg@10", "map", "recall@1000")),
+    TopicSet("msmarco-dev", "topics.msmarco-passage.dev-subset.txt", "qrels.msmarco-passage.dev-subset.txt",
+             "msmarco-passage-dev-subset", 1, ("mrr@10", "recall@1000")),
+)}
+
+
+def local_topics_dir(topics_dir: str | os.PathLike | None) -> Path | None:
+    if topics_dir is not None:
+        return Path(topics_dir)
+    return Path(os.environ["RETROMAE_IR_TOPICS"]) if os.environ.get("RETROMAE_IR_TOPICS") else None
+
+
+def load_topic_set(topic_set: TopicSet, topics_dir: str | os.PathLike | None = None
+                   ) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """Judged topics and qrels of ``topic_set``, from local files when a folder is given, else from Pyserini."""
+    folder = local_topics_dir(topics_dir)
+    if folder is not None:
+        topics_path, qrels_path = folder / topic_set.topics_file, folder / topic_set.qrels_file
+        for path in (topics_path, qrels_path):
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} not found: {topic_set.name} needs {topic_set.topics_file} and "
+                                        f"{topic_set.qrels_file} in {folder}")
+        topics, qrels = load_topics(topics_path), load_qrels(qrels_path)
+    else:
+        from pyserini.search import get_qrels_file, get_topics
+
+        topics = {str(q): t["title"] for q, t in get_topics(topic_set.pyserini_name).items()}
+        qrels = load_qrels(get_qrels_file(topic_set.pyserini_name))
+    judged = {qid: text for qid, text in topics.items() if qid in qrels}
+    return judged, {qid: qrels[qid] for qid in judged}
+
+
+def evaluate_topic_set(retriever, collection: Path, topic_set: TopicSet, runs_dir: Path,
+                       topics_dir: str | os.PathLike | None = None, force: bool = False) -> dict[str, float]:
+    """Search (or reuse the run file of) one topic set and score it; writes ``runs_dir/<set>.trec``."""
+    topics, qrels = load_topic_set(topic_set, topics_dir)
+    run_path = Path(runs_dir) / f"{topic_set.name}.trec"
+    if run_path.is_file() and not force:
+        logger.info("%s: reusing %s (pass --force to redo)", topic_set.name, run_path)
+        run = read_trec_run(run_path)
+    else:
+        run = retriever.retrieve(Path(collection), "msmarco-passage", topics)
+        write_trec_run(run_path, run, tag=retriever.name[:12])
+    scores = evaluate_run(run, qrels, topic_set.metrics, topic_set.min_relevance)
+    return {"queries": len(topics), **scores}

@@ -1,0 +1,59 @@
+"""TREC DL / MS MARCO dev evaluation on a small collection made from the judged ids with made-up texts."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from retromae_ir.data.readers import load_qrels, load_topics
+from retromae_ir.evaluate.trec_dl import TOPIC_SETS, load_topic_set
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "eval"))
+import trec_dl  # noqa: E402
+
+
+def test_judged_query_counts_from_the_shared_files(shared_data):
+    folder = shared_data / "topics-and-qrels"
+    counts = {name: len(load_topic_set(ts, folder)[0]) for name, ts in TOPIC_SETS.items()}
+    assert counts == {"dl19": 43, "dl20": 54, "msmarco-dev": 6980}
+
+
+def test_missing_topic_file_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="topics.dl19-passage.txt"):
+        load_topic_set(TOPIC_SETS["dl19"], tmp_path)
+
+
+@pytest.mark.jvm
+def test_bm25_over_a_collection_of_judged_passages(shared_data, tmp_path, capsys):
+    """Each judged DL19/DL20 passage gets its query's text (relevance >= 2) or unrelated filler: BM25 must then
+    rank a highly relevant passage first for every query, so nDCG@10 is high and R@1000 (rel >= 2) is 1."""
+    folder = shared_data / "topics-and-qrels"
+    passages: dict[str, str] = {}  # a passage judged for two queries keeps its first text
+    for name in ("dl19", "dl20"):
+        topics = load_topics(folder / TOPIC_SETS[name].topics_file)
+        for qid, judged in load_qrels(folder / TOPIC_SETS[name].qrels_file).items():
+            relevant = [pid for pid, grade in judged.items() if grade >= 2]
+            filler = [pid for pid, grade in judged.items() if grade < 2][:20]  # small enough to index fast
+            for pid in relevant:
+                passages.setdefault(pid, f"{topics[qid]} {topics[qid]}")
+            for pid in filler:
+                passages.setdefault(pid, f"unrelated filler passage number {pid}")
+    collection = tmp_path / "collection.tsv"
+    collection.write_text("".join(f"{pid}\t{text}\n" for pid, text in passages.items()))
+    argv = ["--collection", str(collection), "--sets", "dl19", "dl20", "--topics-dir", str(folder),
+            "--runs-dir", str(tmp_path / "runs"), "--index-dir", str(tmp_path / "idx")]
+    assert trec_dl.main(argv) == 0
+    table = (tmp_path / "runs" / "bm25" / "trec-dl-results.csv").read_text().splitlines()
+    header = table[0].split(",")
+    rows = {r.split(",")[0]: dict(zip(header, r.split(","))) for r in table[1:]}
+    assert rows["dl19"]["queries"] == "43" and rows["dl20"]["queries"] == "54"
+    for name in ("dl19", "dl20"):
+        assert float(rows[name]["ndcg@10"]) > 0.5
+        assert float(rows[name]["recall@1000"]) > 0.95
+
+
+def test_missing_collection_is_a_clear_error(tmp_path, capsys):
+    assert trec_dl.main(["--collection", str(tmp_path / "nope.tsv")]) == 2
+    assert "collection" in capsys.readouterr().err
