@@ -207,3 +207,16 @@ def test_real_dl19_qrels_are_graded(shared_data):
     qrels = load_qrels(shared_data / "topics-and-qrels" / "qrels.dl19-passage.txt")
     assert len(qrels) == 43 and sum(map(len, qrels.values())) == 9260
     assert {rel for judged in qrels.values() for rel in judged.values()} == {0, 1, 2, 3}
+
+
+def test_iter_corpus_picks_the_reader_by_file_name(tmp_path):
+    from retromae_ir.data.readers import DataFormatError, iter_corpus
+
+    tsv = tmp_path / "collection.tsv"
+    tsv.write_text("7\tseven\n8\teight\n")
+    jsonl = tmp_path / "corpus.jsonl"
+    jsonl.write_text('{"_id": "a", "title": "T", "text": "body"}\n')
+    assert [(d.docid, d.contents) for d in iter_corpus(tsv)] == [("7", "seven"), ("8", "eight")]
+    assert [(d.docid, d.contents) for d in iter_corpus(jsonl)] == [("a", "T body")]
+    with pytest.raises(DataFormatError, match=r"corpus.csv: unknown corpus format"):
+        iter_corpus(tmp_path / "corpus.csv")
