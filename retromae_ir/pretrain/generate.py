@@ -220,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.corpus.is_file():
         raise SystemExit(f"corpus not found: {args.corpus}")
+    if args.doc2query_model.lower() == "none" and args.gpt2_model.lower() == "none":
+        raise SystemExit("no generator selected: give a doc2query model, a GPT-2 model or both")
     setup_logging(args.log_file or args.output.with_name(args.output.name + ".log"))
     LOG.info("arguments: %s", vars(args))
     generators: list[SideTextGenerator] = []

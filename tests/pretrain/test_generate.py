@@ -103,3 +103,21 @@ def test_interrupted_run_resumes_to_the_same_file(tmp_path, query_generator, con
     assert out.read_text() == reference.read_text()
     assert gen.generate_side_texts(DOCS, out, generators, batch_size=2, seed=7) == 0
     assert out.read_text() == reference.read_text()
+
+
+def test_cli_loads_models_by_path(tmp_path, query_generator, continuation_generator):
+    for name, generator in (("t5", query_generator), ("gpt2", continuation_generator)):
+        generator.model.save_pretrained(tmp_path / name)
+        generator.tokenizer.save_pretrained(tmp_path / name)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": d.docid, "title": "", "text": d.text}) + "\n" for d in DOCS[:3]))
+    out = tmp_path / "side.jsonl"
+    argv = ["--corpus", str(corpus), "--output", str(out), "--doc2query-model", str(tmp_path / "t5"),
+            "--gpt2-model", str(tmp_path / "gpt2"), "--num-queries", "2", "--max-query-length", "5",
+            "--max-new-tokens", "3", "--batch-size", "2", "--device", "cpu"]
+    assert gen.main(argv) == 0
+    records = read_jsonl(out)
+    assert [r["id"] for r in records] == ["d0", "d1", "d2"] and all(len(r["queries"]) == 2 for r in records)
+    assert "wrote 3 new records" in (tmp_path / "side.jsonl.log").read_text()
+    with pytest.raises(SystemExit, match="no generator selected"):
+        gen.main(argv[:4] + ["--gpt2-model", "none", "--doc2query-model", "none"])
