@@ -6,7 +6,6 @@ for searching. An index is reused when its manifest matches the corpus it was bu
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_corpus
-from retromae_ir.io import atomic_dir, atomic_write
+from retromae_ir.io import atomic_dir, atomic_write, file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +33,8 @@ class BM25Params:
 
 
 def corpus_fingerprint(corpus: Path) -> dict:
-    """Size and SHA-1 of the corpus file: enough to tell whether an index was built from it."""
-    digest = hashlib.sha1()
-    with open(corpus, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return {"corpus": str(corpus.resolve()), "bytes": corpus.stat().st_size, "sha1": digest.hexdigest()}
+    """Size and SHA-256 of the corpus file: enough to tell whether an index was built from it."""
+    return {"corpus": str(corpus.resolve()), "bytes": corpus.stat().st_size, "sha256": file_digest(corpus)}
 
 
 def write_json_collection(corpus: Path, out_dir: Path) -> int:

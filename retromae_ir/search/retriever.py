@@ -1,0 +1,67 @@
+"""An encoder card as an evaluation-suite retriever: encode a corpus once (reused while the card and the corpus
+are unchanged), then search it with the exact hybrid searcher in dense, sparse or hybrid mode."""
+from __future__ import annotations
+
+import json
+import logging
+from functools import cached_property
+from pathlib import Path
+
+from retromae_ir.encode.cards import load_card
+from retromae_ir.encode.manifest import MANIFEST
+from retromae_ir.io import file_digest
+
+logger = logging.getLogger(__name__)
+
+
+def default_mode(card) -> str:
+    return "hybrid" if card.sparse else "dense"
+
+
+class EncoderRetriever:
+    """``retrieve(corpus, index_name, queries)`` over ``index_root/<card>/<index_name>``."""
+
+    def __init__(self, card, mode: str | None = None, index_root: Path = Path("indexes"), hits: int = 1000,
+                 batch_size: int = 64, threads: int = 2, bf16: bool | None = None):
+        self.card = load_card(card)
+        self.mode = mode or default_mode(self.card)
+        if self.mode != "dense" and not self.card.sparse:
+            raise ValueError(f"card {self.card.name!r} is dense-only: --search {self.mode} needs a sparse side")
+        self.name = self.card.name if self.mode == default_mode(self.card) else f"{self.card.name}-{self.mode}"
+        self.index_root = Path(index_root)
+        self.hits, self.batch_size, self.threads, self.bf16 = hits, batch_size, threads, bf16
+
+    @cached_property
+    def model(self):
+        from retromae_ir.encode import EncoderModel
+
+        return EncoderModel.from_card(self.card, bf16=self.bf16)
+
+    def index_is_current(self, index_dir: Path, corpus_digest: str) -> bool:
+        manifest = index_dir / MANIFEST
+        if not manifest.is_file():
+            return False
+        data = json.loads(manifest.read_text())
+        return data.get("fingerprint") == self.card.fingerprint() and data.get("corpus_sha256") == corpus_digest
+
+    def build_index(self, corpus: Path, index_name: str) -> Path:
+        """Encode ``corpus`` into faiss + Lucene impact indexes, unless an index of it with this card exists."""
+        from retromae_ir.encode.corpus import encode_shard, merge, read_corpus
+
+        index_dir = self.index_root / self.card.name / index_name
+        digest = file_digest(corpus)
+        if self.index_is_current(index_dir, digest):
+            logger.info("reusing %s index %s", self.card.name, index_dir)
+            return index_dir
+        docids, texts = read_corpus(corpus)
+        encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
+        merge(index_dir, self.card, self.model.vocab, threads=self.threads,
+              extra={"corpus": str(corpus), "corpus_sha256": digest})
+        return index_dir
+
+    def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
+        from retromae_ir.search.exact_hybrid import ExactHybridSearcher
+
+        searcher = ExactHybridSearcher(self.build_index(Path(corpus), index_name), self.model, self.mode,
+                                       threads=self.threads)
+        return searcher.batch_search(list(queries.values()), list(queries), k=self.hits, batch_size=self.batch_size)

@@ -1,0 +1,73 @@
+"""The BEIR driver with an encoder card: encode, index, exact hybrid search, score; then resume without encoding
+or searching, and re-search (--force) without re-encoding."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HANDFUL = REPO / "tests" / "search"
+sys.path.insert(0, str(REPO / "eval"))
+import beir_all  # noqa: E402
+
+CARD = """name: handful-dupmae
+checkpoint: packaged:all-MiniLM-L6-v2
+kind: dupmae
+dims: 384
+k: 64
+query_k: 32
+scale: 100
+max_query_length: 32
+max_passage_length: 64
+"""
+
+
+@pytest.fixture()
+def beir_handful(tmp_path) -> Path:
+    """The search tests' six documents as a BEIR dataset (under a registered name) with one relevant doc per query."""
+    folder = tmp_path / "data" / "scidocs"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text((HANDFUL / "handful_corpus.jsonl").read_text())
+    topics = [line.split("\t") for line in (HANDFUL / "handful_topics.tsv").read_text().splitlines()]
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in topics))
+    qrels = ["query-id\tcorpus-id\tscore"] + [f"{q}\td-{q[2:]}\t1" for q, _ in topics]
+    (folder / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
+    (tmp_path / "card.yaml").write_text(CARD)
+    return tmp_path
+
+
+@pytest.mark.jvm
+def test_encoder_card_on_beir_then_resume(beir_handful, capsys, monkeypatch):
+    root = beir_handful
+    argv = ["--encoder", str(root / "card.yaml"), "--datasets", "scidocs", "--data-dir", str(root / "data"),
+            "--runs-dir", str(root / "runs"), "--index-dir", str(root / "indexes"), "--no-download", "--threads", "1"]
+    assert beir_all.main(argv) == 0
+    assert "| scidocs | 6 | 1.0000 | 1.0000 |" in capsys.readouterr().out
+    assert (root / "runs" / "handful-dupmae" / "beir-scidocs.trec").is_file()
+    assert (root / "indexes" / "handful-dupmae" / "scidocs" / "manifest.json").is_file()
+
+    import retromae_ir.encode.corpus as corpus
+    import retromae_ir.search.exact_hybrid as exact
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("work that should have been reused was redone")
+
+    monkeypatch.setattr(corpus, "encode_shard", forbidden)
+    monkeypatch.setattr(exact.ExactHybridSearcher, "batch_search", forbidden)
+    assert beir_all.main(argv) == 0  # run file present: neither encoding nor search
+    assert "| scidocs | 6 | 1.0000 | 1.0000 |" in capsys.readouterr().out
+
+    monkeypatch.undo()
+    monkeypatch.setattr(corpus, "encode_shard", forbidden)
+    assert beir_all.main(argv + ["--force", "--search", "dense"]) == 0  # new search, same encoded index
+    out = capsys.readouterr().out
+    assert "| scidocs | 6 |" in out and (root / "runs" / "handful-dupmae-dense" / "beir-scidocs.trec").is_file()
+
+
+def test_search_mode_without_encoder_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        beir_all.main(["--search", "dense"])
+    assert "--search goes with --encoder" in capsys.readouterr().err
