@@ -29,6 +29,11 @@ class MaskingArguments:
     decoder_mask_ratio: float = field(default=0.5, metadata={
         "help": "share of tokens each decoder row may NOT see (paper: 0.5-0.9)"})
 
+    def __post_init__(self):
+        for name in ("encoder_mask_ratio", "decoder_mask_ratio"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
+
 
 @dataclass
 class TrainingArguments:
@@ -47,3 +52,10 @@ class TrainingArguments:
     resume: bool = field(default=False, metadata={"help": "continue from OUTPUT/trainer_state if present"})
     seed: int = field(default=42)
     device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
+
+    def __post_init__(self):
+        for name in ("batch_size", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"--lr must be > 0, got {self.lr}")

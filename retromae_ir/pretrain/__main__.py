@@ -1,0 +1,59 @@
+"""``python -m retromae_ir.pretrain --method {retromae,dupmae,master} --corpus PATH --output DIR [...]``.
+
+A thin CLI: the options are the fields of the argument dataclasses (``arguments.py``, the contrastive
+options, and the chosen method's own ``Arguments``); everything is validated before any training starts.
+Under ``torchrun --nproc-per-node N`` it trains data-parallel (gloo on CPU, nccl on GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import asdict
+
+from retromae_ir.pretrain import METHODS, get_method
+from retromae_ir.pretrain.arguments import DataArguments, MaskingArguments, ModelArguments, TrainingArguments
+from retromae_ir.pretrain.backbone import check_config, default_model
+from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
+from retromae_ir.pretrain.data import load_segments
+from retromae_ir.pretrain.trainer import Trainer, resume_point
+
+
+def parse(argv: list[str] | None = None):
+    """(model, data, masking, training, contrastive, method) argument dataclasses and the method class."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--method", choices=sorted(METHODS), required="-h" not in (argv or sys.argv[1:]))
+    method_name = peek.parse_known_args(argv)[0].method
+    method_cls = get_method(method_name) if method_name else None
+    from transformers import HfArgumentParser
+
+    groups = [ModelArguments, DataArguments, MaskingArguments, TrainingArguments, ContrastiveArguments]
+    if method_cls is not None:
+        groups.append(method_cls.Arguments)
+    parser = HfArgumentParser(groups, description=__doc__.splitlines()[0])
+    return (*parser.parse_args_into_dataclasses(argv), method_cls)
+
+
+def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArguments, training: TrainingArguments,
+        contrastive: ContrastiveArguments, method_args, method_cls) -> None:
+    """Validate cheaply (model type, max length, corpus file, output dir), then load, tokenise and train."""
+    model_name = model_args.model or default_model()
+    check_config(model_name, data.max_length)
+    resume_point(training.output, training.resume)
+    if contrastive.contrastive_weight > 0:
+        method_cls = with_contrastive(method_cls, contrastive)
+    model = method_cls.from_pretrained(model_name, masking, method_args, data.max_length)
+    segments = load_segments(data.corpus, model.tokenizer, data.max_length, data.tokenized_cache)
+    metadata = {"model": model_name, "corpus": data.corpus, "data": asdict(data),
+                "contrastive": asdict(contrastive)}
+    Trainer(model, model.make_examples(segments), training, metadata).train()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    *groups, method_cls = parse(argv)
+    run(*groups, method_cls)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Second-stage contrastive loss (RetroMAE unified sentence representation, section 2.2, Eqs. 8-9 (2)).
+
+Two spans of one document are positives, the other positives in the (global) batch are negatives:
+L_ctr = -log exp(sim(h_i, h_i+)/tau) / sum_j exp(sim(h_i, h_j+)/tau), added to a method's loss with a weight.
+The anchor h_i is the [CLS] vector of the method's own (masked) encoder pass; the positive h_i+ is the [CLS]
+vector of an unmasked span of the same document: another segment of it when it has one, else a random
+contiguous half of the anchor segment. sim is cosine; the paper gives no temperature, 0.05 is the default.
+Negatives are gathered from all processes, so data parallelism does not shrink the negative pool.
+
+``with_contrastive(RetroMAE, args)`` builds the subclass; it works for any method whose examples are the segments.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from retromae_ir.pretrain.collate import Segment, pad_batch
+
+
+@dataclass
+class ContrastiveArguments:
+    contrastive_weight: float = field(default=0.0, metadata={
+        "help": "weight of the contrastive loss (Eq. 9 (2) of the two-stage paper uses 1); 0 disables it"})
+    temperature: float = field(default=0.05, metadata={"help": "contrastive temperature tau (cosine similarity)"})
+
+    def __post_init__(self):
+        if self.contrastive_weight < 0 or self.temperature <= 0:
+            raise ValueError("--contrastive-weight must be >= 0 and --temperature > 0")
+
+
+def gather_with_grad(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """All processes' ``x`` concatenated (this process's slice keeps its gradient) and this slice's offset."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return x, 0
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.detach().contiguous())
+    rank = dist.get_rank()
+    parts[rank] = x
+    return torch.cat(parts), rank * x.shape[0]
+
+
+def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Eq. 8 with cosine similarity: row i's positive is ``positives[i]``, the other (gathered) rows its negatives."""
+    all_positives, offset = gather_with_grad(positives)
+    anchors = torch.nn.functional.normalize(anchors.float(), dim=-1)
+    all_positives = torch.nn.functional.normalize(all_positives.float(), dim=-1)
+    scores = anchors @ all_positives.T / temperature
+    targets = torch.arange(anchors.shape[0], device=anchors.device) + offset
+    return torch.nn.functional.cross_entropy(scores, targets)
+
+
+class PositiveSpanCollator:
+    """Wraps a method's collator and adds ``positive_input_ids`` / ``positive_attention_mask``."""
+
+    def __init__(self, collator, tokenizer, segments: Sequence[Segment]):
+        self.collator = collator
+        self.tokenizer = tokenizer
+        self.by_doc: dict[str, list[Segment]] = defaultdict(list)
+        for segment in segments:
+            self.by_doc[segment.docid].append(segment)
+
+    def positive(self, segment: Segment, generator: torch.Generator) -> tuple[int, ...]:
+        """Another segment of the same document, else a random contiguous half of this one."""
+        others = [s for s in self.by_doc[segment.docid] if s.index != segment.index]
+        if others:
+            return others[int(torch.randint(len(others), (1,), generator=generator))].input_ids
+        ids = segment.input_ids
+        half = max(1, len(ids) // 2)
+        start = int(torch.randint(len(ids) - half + 1, (1,), generator=generator))
+        return ids[start:start + half]
+
+    def __call__(self, segments: Sequence[Segment], generator: torch.Generator) -> dict[str, torch.Tensor]:
+        batch = self.collator(segments, generator)
+        ids, mask = pad_batch([self.positive(s, generator) for s in segments], self.tokenizer)
+        return {**batch, "positive_input_ids": ids, "positive_attention_mask": mask}
+
+
+def with_contrastive(method_cls: type, args: ContrastiveArguments) -> type:
+    """A subclass of ``method_cls`` whose total loss adds ``args.contrastive_weight * ctr``."""
+
+    class Contrastive(method_cls):
+        contrastive = args
+        segments: Sequence[Segment] = ()
+
+        def make_examples(self, segments: Sequence[Segment]) -> Sequence[Segment]:
+            self.segments = segments
+            return super().make_examples(segments)
+
+        def make_collator(self):
+            return PositiveSpanCollator(super().make_collator(), self.tokenizer, self.segments)
+
+        def forward(self, batch: dict) -> dict[str, torch.Tensor]:
+            encoded = self.encode(batch)
+            losses = self.losses(batch, encoded)
+            positive = self.encoder.bert(input_ids=batch["positive_input_ids"],
+                                         attention_mask=batch["positive_attention_mask"]).last_hidden_state[:, 0]
+            ctr = info_nce(encoded.cls, positive, self.contrastive.temperature)
+            losses["loss"] = losses["loss"] + self.contrastive.contrastive_weight * ctr
+            losses["ctr"] = ctr.detach()
+            return losses
+
+    Contrastive.__name__ = Contrastive.__qualname__ = f"Contrastive{method_cls.__name__}"
+    return Contrastive

@@ -1,0 +1,145 @@
+"""The pre-training corpus: read documents, tokenise, cut into max-length segments, optionally cache.
+
+Formats (detected from the first record): BEIR ``corpus.jsonl`` (``_id``/``title``/``text``, read through
+``retromae_ir.data.readers``), generic JSONL with a ``text`` field (``id``/``_id`` optional), or plain text
+with one document per line. Long documents become consecutive segments of ``max_length - 2`` tokens,
+kept in order with their doc id and segment index (MASTER's neighbouring-span task relies on it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from retromae_ir.data.readers import DataFormatError, iter_beir_corpus, iter_lines
+from retromae_ir.io import atomic_write
+from retromae_ir.pretrain.collate import Segment
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1
+TOKENIZE_CHUNK = 512
+
+
+class CorpusError(ValueError):
+    """The corpus is missing, unreadable or holds no text."""
+
+
+def iter_documents(path: str | Path) -> Iterator[tuple[str, str]]:
+    """Yield ``(docid, text)`` from a BEIR corpus, a ``{"text"}`` JSONL or a plain-text file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"corpus file not found: {path}")
+    first = next(iter_lines(path), None)
+    if first is None:
+        raise CorpusError(f"corpus {path} is empty")
+    record = _maybe_json(first[1])
+    if record is None:
+        yield from ((str(number), line.strip()) for number, line in iter_lines(path))
+    elif "_id" in record:
+        yield from ((doc.docid, doc.contents) for doc in iter_beir_corpus(path))
+    elif "text" in record:
+        yield from _iter_text_jsonl(path)
+    else:
+        raise CorpusError(f"{path}:{first[0]}: JSON record has neither '_id' (BEIR) nor 'text'")
+
+
+def _maybe_json(line: str) -> dict | None:
+    if not line.lstrip().startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _iter_text_jsonl(path: Path) -> Iterator[tuple[str, str]]:
+    for number, line in iter_lines(path):
+        record = _maybe_json(line)
+        if record is None or not isinstance(record.get("text"), str):
+            raise DataFormatError(f"{path}:{number}: expected a JSON object with a string 'text' field")
+        yield str(record.get("id", record.get("_id", number))), record["text"]
+
+
+def split_segments(docid: str, ids: list[int], body_length: int) -> list[Segment]:
+    """Consecutive, in-order segments of at most ``body_length`` tokens (no special tokens)."""
+    return [Segment(docid, index, tuple(ids[start:start + body_length]))
+            for index, start in enumerate(range(0, len(ids), body_length))]
+
+
+def tokenize_corpus(path: str | Path, tokenizer, max_length: int) -> list[Segment]:
+    """All segments of the corpus, tokenised in chunks; raises ``CorpusError`` if nothing remains."""
+    if max_length < 3:
+        raise CorpusError(f"max length {max_length} leaves no room for text between [CLS] and [SEP]")
+    segments: list[Segment] = []
+    chunk: list[tuple[str, str]] = []
+    progress = tqdm(desc=f"tokenising {Path(path).name}", unit="doc")
+    for doc in iter_documents(path):
+        chunk.append(doc)
+        if len(chunk) == TOKENIZE_CHUNK:
+            segments += _tokenize_chunk(chunk, tokenizer, max_length - 2)
+            progress.update(len(chunk))
+            chunk = []
+    segments += _tokenize_chunk(chunk, tokenizer, max_length - 2)
+    progress.update(len(chunk))
+    progress.close()
+    if not segments:
+        raise CorpusError(f"corpus {path} holds no text to pre-train on")
+    return segments
+
+
+def _tokenize_chunk(docs: list[tuple[str, str]], tokenizer, body_length: int) -> list[Segment]:
+    if not docs:
+        return []
+    encoded = tokenizer([text for _, text in docs], add_special_tokens=False, verbose=False)["input_ids"]
+    return [segment for (docid, _), ids in zip(docs, encoded) for segment in split_segments(docid, ids, body_length)]
+
+
+def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Path | None = None) -> list[Segment]:
+    """Segments from ``cache`` when it was built from this corpus, tokenizer and max length; else tokenise
+    (and write the cache when one is named)."""
+    key = _cache_key(path, tokenizer, max_length)
+    if cache is not None and Path(cache).is_file():
+        cached = _read_cache(Path(cache), key)
+        if cached is not None:
+            return cached
+        log.warning("tokenised cache %s was built from other inputs; rebuilding it", cache)
+    segments = tokenize_corpus(path, tokenizer, max_length)
+    if cache is not None:
+        _write_cache(Path(cache), key, segments)
+    return segments
+
+
+def _cache_key(path: str | Path, tokenizer, max_length: int) -> str:
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"corpus file not found: {path}")
+    stat = path.stat()
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
+    parts = [str(CACHE_VERSION), str(path.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(max_length),
+             type(tokenizer).__name__, str(getattr(tokenizer, "do_lower_case", "")), vocab]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _write_cache(cache: Path, key: str, segments: list[Segment]) -> None:
+    lengths = np.array([len(s.input_ids) for s in segments], dtype=np.int64)
+    with atomic_write(cache, "wb") as handle:
+        np.savez(handle, key=np.array(key), docids=np.array([s.docid for s in segments]),
+                 indexes=np.array([s.index for s in segments], dtype=np.int64), lengths=lengths,
+                 ids=np.fromiter((i for s in segments for i in s.input_ids), dtype=np.int32, count=int(lengths.sum())))
+
+
+def _read_cache(cache: Path, key: str) -> list[Segment] | None:
+    with np.load(cache) as data:
+        if str(data["key"]) != key:
+            return None
+        ids = data["ids"].tolist()
+        offsets = np.concatenate([[0], np.cumsum(data["lengths"])]).tolist()
+        return [Segment(str(docid), int(index), tuple(ids[offsets[i]:offsets[i + 1]]))
+                for i, (docid, index) in enumerate(zip(data["docids"].tolist(), data["indexes"].tolist()))]

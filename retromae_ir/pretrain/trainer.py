@@ -1,0 +1,338 @@
+"""The pre-training loop: gradient accumulation, bf16 autocast, torchrun data parallelism, checkpoints and
+exact resume.
+
+Determinism is by construction: the data order of an epoch and every random draw of a micro-batch (the
+collator's masks, the model's decoder masks and dropout) are seeded from ``(seed, micro-step, rank)``. So the
+state to resume from is only model + optimizer + scheduler + step; the RNG state is re-derived, not stored.
+
+Output layout (OUTPUT = ``--output``)::
+
+    OUTPUT/train.log, loss.csv, loss.png          appended / rewritten while training
+    OUTPUT/checkpoints/step-N/                    every --save-steps (last two kept), each a full checkpoint
+    OUTPUT/{config.json, model.safetensors, tokenizer files, decoders.safetensors, retromae_ir.json,
+            trainer_state/}                       the final checkpoint, published when training ends
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from retromae_ir.io import atomic_dir, atomic_write
+from retromae_ir.pretrain.arguments import TrainingArguments
+from retromae_ir.pretrain.base import PretrainModel
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = "trainer_state"
+CHECKPOINTS = "checkpoints"
+KEEP_CHECKPOINTS = 2
+
+
+class TrainerError(ValueError):
+    """Bad training set-up (existing output without --resume, a resume state that does not fit...)."""
+
+
+@dataclass
+class Schedule:
+    """How micro-batches map to optimizer steps and epochs for a given corpus size and world size."""
+
+    examples: int
+    batch_size: int
+    world_size: int
+    grad_accum: int
+    max_steps: int
+
+    @classmethod
+    def build(cls, examples: int, args: TrainingArguments, world_size: int) -> "Schedule":
+        per_epoch = examples // (args.batch_size * world_size)
+        if per_epoch < 1:
+            raise TrainerError(f"corpus has {examples} segments, fewer than one global batch "
+                               f"({args.batch_size} x {world_size} processes)")
+        steps = args.max_steps if args.max_steps > 0 else math.ceil(args.epochs * per_epoch / args.grad_accum)
+        if steps < 1:
+            raise TrainerError("nothing to train: --max-steps and --epochs give 0 optimizer steps")
+        return cls(examples, args.batch_size, world_size, args.grad_accum, steps)
+
+    @property
+    def micro_per_epoch(self) -> int:
+        return self.examples // (self.batch_size * self.world_size)
+
+    def indices(self, micro: int, rank: int, seed: int) -> list[int]:
+        """This rank's example indices for global micro-batch number ``micro``."""
+        epoch, position = divmod(micro, self.micro_per_epoch)
+        order = torch.randperm(self.examples, generator=torch.Generator().manual_seed(seed + epoch))
+        start = (position * self.world_size + rank) * self.batch_size
+        return order[start:start + self.batch_size].tolist()
+
+    def epoch(self, step: int) -> float:
+        return step * self.grad_accum / self.micro_per_epoch
+
+
+def resume_point(output: Path, resume: bool) -> Path | None:
+    """The latest ``checkpoints/step-N`` to resume from (None: start fresh); refuses to train over an existing,
+    non-empty output without ``resume``. Cheap, so callers run it before loading anything."""
+    output = Path(output)
+    if not resume:
+        if output.exists() and any(output.iterdir()):
+            raise TrainerError(f"output {output} exists and is not empty: pass --resume to continue it "
+                               "or choose a new directory")
+        return None
+    found = sorted(output.glob(f"{CHECKPOINTS}/step-*/{STATE_DIR}"), key=lambda p: int(p.parent.name[5:]))
+    return found[-1].parent if found else None
+
+
+def micro_seeds(seed: int, micro: int, rank: int) -> tuple[int, int]:
+    """Two independent seeds (collator generator, global torch RNG) for one micro-batch on one rank."""
+    first, second = np.random.SeedSequence([seed, micro, rank]).generate_state(2)
+    return int(first), int(second)
+
+
+class Trainer:
+    """Runs one pre-training job; see the module docstring for what it writes."""
+
+    def __init__(self, model: PretrainModel, examples: Sequence[Any], args: TrainingArguments, metadata: dict):
+        self.args = args
+        self.output = Path(args.output)
+        self.metadata = metadata
+        self.rank, self.world_size = _distributed_rank_world()
+        self.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self.device.type == "cuda" and self.world_size > 1:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        self.examples = examples
+        self.schedule = Schedule.build(len(examples), args, self.world_size)
+        self.model = model.to(self.device)
+        self.collator = model.make_collator()
+        self.wrapped = self._wrap(self.model)
+        self.optimizer = _adamw(self.model, args)
+        self.scheduler = _linear_schedule(self.optimizer, self.schedule.max_steps, args.warmup_ratio)
+        self.step = 0
+        self.history: list[dict] = []
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.world_size == 1:
+            return model
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    # ---- resume ----------------------------------------------------------------------------------------------
+    def restore(self, checkpoint: Path) -> None:
+        """Model, optimizer, scheduler and step from ``checkpoint`` (a ``checkpoints/step-N`` directory)."""
+        state = torch.load(checkpoint / STATE_DIR / "state.pt", map_location="cpu", weights_only=False)
+        if state["world_size"] != self.world_size or state["seed"] != self.args.seed:
+            raise TrainerError(f"{checkpoint} was trained with {state['world_size']} processes and seed "
+                               f"{state['seed']}; resume with the same to get the same data order")
+        fresh = type(self.model).from_pretrained(checkpoint, self.model.masking, self.model.method_args)
+        self.model.load_state_dict(fresh.state_dict())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = state["step"]
+        self.history = [row for row in _read_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
+        log.info("resumed from %s at step %d", checkpoint, self.step)
+
+    # ---- training ----------------------------------------------------------------------------------------------
+    def train(self) -> Path:
+        resume_from = resume_point(self.output, self.args.resume)
+        self.output.mkdir(parents=True, exist_ok=True)
+        self._setup_logging()
+        if resume_from is not None:
+            self.restore(resume_from)
+        log.info("training %s: %d segments, %d optimizer steps (%.2f epochs), %d process(es), device %s, bf16 %s",
+                 self.model.name, self.schedule.examples, self.schedule.max_steps,
+                 self.schedule.epoch(self.schedule.max_steps), self.world_size, self.device, self.args.bf16)
+        progress = tqdm(total=self.schedule.max_steps, initial=self.step, disable=not self.is_main, unit="step",
+                        desc=f"pre-training {self.model.name}")
+        self.wrapped.train()
+        while self.step < self.schedule.max_steps:
+            lr = self.scheduler.get_last_lr()[0]
+            terms = self.train_step()
+            self.step += 1
+            self.history.append({"step": self.step, "epoch": round(self.schedule.epoch(self.step), 4), "lr": lr, **terms})
+            progress.update(1)
+            progress.set_postfix(loss=f"{terms['loss']:.3f}")
+            if self.is_main and self.step % max(self.args.logging_steps, 1) == 0:
+                log.info("step %d %s", self.step, " ".join(f"{k}={v:.4f}" for k, v in terms.items()))
+                self._write_curves()
+            if self.args.save_steps > 0 and self.step % self.args.save_steps == 0 and self.step < self.schedule.max_steps:
+                self.save_checkpoint()
+        progress.close()
+        final = self.save_checkpoint()
+        if self.is_main:
+            _publish(final, self.output)
+            log.info("final checkpoint in %s", self.output)
+        _barrier(self.world_size)
+        return self.output
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step over ``grad_accum`` micro-batches; returns every loss term averaged over them
+        (and over processes)."""
+        totals: dict[str, float] = {}
+        for accum in range(self.args.grad_accum):
+            micro = self.step * self.args.grad_accum + accum
+            collator_seed, torch_seed = micro_seeds(self.args.seed, micro, self.rank)
+            examples = [self.examples[i] for i in self.schedule.indices(micro, self.rank, self.args.seed)]
+            batch = self.collator(examples, torch.Generator().manual_seed(collator_seed))
+            batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            torch.manual_seed(torch_seed)
+            last = accum == self.args.grad_accum - 1
+            with self._sync(last), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.args.bf16):
+                losses = self.wrapped(batch)
+            (losses["loss"] / self.args.grad_accum).backward()
+            for name, value in losses.items():
+                totals[name] = totals.get(name, 0.0) + float(value.detach()) / self.args.grad_accum
+        if self.args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return _mean_across_ranks(totals, self.world_size, self.device)
+
+    def _sync(self, last: bool):
+        if self.world_size > 1 and not last:
+            return self.wrapped.no_sync()
+        return contextlib.nullcontext()
+
+    # ---- output ---------------------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        """A full checkpoint in ``checkpoints/step-N`` (main process), keeping the last two."""
+        path = self.output / CHECKPOINTS / f"step-{self.step}"
+        if self.is_main:
+            with atomic_dir(path) as tmp:
+                self.model.save(tmp, self._metadata())
+                (tmp / STATE_DIR).mkdir()
+                torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                            "step": self.step, "seed": self.args.seed, "world_size": self.world_size},
+                           tmp / STATE_DIR / "state.pt")
+            for old in sorted(self.output.glob(f"{CHECKPOINTS}/step-*"), key=lambda p: int(p.name[5:]))[:-KEEP_CHECKPOINTS]:
+                shutil.rmtree(old)
+            self._write_curves()
+            log.info("checkpoint %s", path)
+        _barrier(self.world_size)
+        return path
+
+    def _metadata(self) -> dict:
+        return {**self.metadata, "step": self.step, "epoch": self.schedule.epoch(self.step),
+                "world_size": self.world_size, "training": asdict(self.args)}
+
+    def _write_curves(self) -> None:
+        if not self.history:
+            return
+        fields = list(self.history[0])
+        with atomic_write(self.output / "loss.csv") as handle:
+            writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(self.history)
+        plot_loss_curves(self.history, self.output / "loss.png", title=f"{self.model.name} pre-training")
+
+    def _setup_logging(self) -> None:
+        if not self.is_main:
+            return
+        handler = logging.FileHandler(self.output / "train.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("retromae_ir").addHandler(handler)
+        logging.getLogger("retromae_ir").setLevel(logging.INFO)
+
+
+def plot_loss_curves(history: list[dict], path: Path, title: str) -> None:
+    """One line per loss term against the optimizer step (matplotlib Agg), written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [row["step"] for row in history]
+    names = [k for k in history[0] if k not in ("step", "epoch", "lr")]
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3), squeeze=False)
+    for axis, name in zip(axes[0], names):
+        values = [float(row[name]) for row in history]
+        axis.plot(steps, values, lw=0.6, alpha=0.5)
+        window = max(1, len(values) // 25)
+        if window > 1:
+            smooth = np.convolve(values, np.ones(window) / window, mode="valid")
+            axis.plot(steps[window - 1:], smooth, lw=1.5)
+        axis.set_title(name)
+        axis.set_xlabel("step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_write(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=110)
+    plt.close(fig)
+
+
+def _publish(checkpoint: Path, output: Path) -> None:
+    """Copy a checkpoint's files to the top of ``output``, each by an atomic rename."""
+    for item in checkpoint.iterdir():
+        target = output / item.name
+        if item.is_dir():
+            with atomic_dir(target) as tmp:
+                shutil.copytree(item, tmp, dirs_exist_ok=True)
+        else:
+            with atomic_write(target, "wb") as handle:
+                handle.write(item.read_bytes())
+
+
+def _adamw(model: torch.nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on biases and LayerNorm weights (1-d parameters)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim > 1]
+    no_decay = [p for p in params if p.ndim <= 1]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
+
+
+def _linear_schedule(optimizer, total: int, warmup_ratio: float):
+    warmup = int(total * warmup_ratio)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _distributed_rank_world() -> tuple[int, int]:
+    """(rank, world size); starts the process group under torchrun (nccl on GPU, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _mean_across_ranks(values: dict[str, float], world_size: int, device: torch.device) -> dict[str, float]:
+    if world_size == 1:
+        return values
+    tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return {name: float(v) / world_size for name, v in zip(values, tensor.tolist())}
+
+
+def _barrier(world_size: int) -> None:
+    if world_size > 1:
+        dist.barrier()
+
+
+def _read_csv(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [{k: (float(v) if k != "step" else int(v)) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
