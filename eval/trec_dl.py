@@ -1,7 +1,7 @@
-"""TREC DL 2019/2020 and MS MARCO dev-subset: ``python eval/trec_dl.py --retriever bm25 --collection collection.tsv``.
+"""TREC DL 2019/2020 and MS MARCO dev: ``python eval/trec_dl.py (--retriever bm25 | --encoder CARD) --collection TSV``.
 
 Thin front end over :mod:`retromae_ir.evaluate.trec_dl`: writes ``runs/<retriever>/{dl19,dl20,msmarco-dev}.trec``,
-a results table (markdown + CSV) and a log. Run files that exist are re-scored unless ``--force``.
+(``runs/<card>/`` for an encoder card), a results table (markdown + CSV) and a log. Run files that exist are re-scored unless ``--force``.
 """
 from __future__ import annotations
 
@@ -11,25 +11,25 @@ from pathlib import Path
 
 import pandas as pd
 
-from retromae_ir.bm25 import BM25Params, BM25Retriever
 from retromae_ir.evaluate.report import format_markdown, write_table
+from retromae_ir.evaluate.retrievers import add_retriever_arguments, check_retriever_arguments, make_retriever
 from retromae_ir.evaluate.trec_dl import TOPIC_SETS, evaluate_topic_set
 from retromae_ir.logs import setup_logging
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--retriever", choices=["bm25"], default="bm25")
+    add_retriever_arguments(parser)
     parser.add_argument("--collection", type=Path, required=True,
                         help="MS MARCO passage collection.tsv (pid<TAB>passage), or a BEIR-style corpus.jsonl")
     parser.add_argument("--sets", nargs="+", choices=list(TOPIC_SETS), default=list(TOPIC_SETS))
     parser.add_argument("--topics-dir", type=Path,
                         help="folder of Anserini topic/qrels files (default $RETROMAE_IR_TOPICS, else Pyserini names)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
-    parser.add_argument("--index-dir", type=Path, default=Path("indexes"))
     parser.add_argument("--force", action="store_true")
-    parser.add_argument("--threads", type=int, default=2)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_retriever_arguments(parser, args)
+    return args
 
 
 def main(argv=None) -> int:
@@ -38,13 +38,13 @@ def main(argv=None) -> int:
         print(f"error: collection {args.collection} not found (the MS MARCO passage collection is not bundled: "
               "download collection.tsv from the MS MARCO site and pass its path)", file=sys.stderr)
         return 2
-    out_dir = args.runs_dir / args.retriever
+    retriever = make_retriever(args)
+    out_dir = args.runs_dir / retriever.name
     setup_logging(out_dir / "trec-dl.log")
-    retriever = BM25Retriever(args.index_dir / args.retriever, BM25Params(), args.threads)
     rows = [{"set": name, **evaluate_topic_set(retriever, args.collection, TOPIC_SETS[name], out_dir,
                                                args.topics_dir, args.force)} for name in args.sets]
     frame = pd.DataFrame(rows)
-    write_table(frame, out_dir / "trec-dl-results", f"TREC DL / MS MARCO dev: {args.retriever}",
+    write_table(frame, out_dir / "trec-dl-results", f"TREC DL / MS MARCO dev: {retriever.name}",
                 ["DL: nDCG@10 graded; MAP and R@1000 count relevance >= 2. Dev: MRR@10, R@1000."])
     print(format_markdown(frame))
     return 0

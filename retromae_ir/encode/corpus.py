@@ -33,11 +33,11 @@ WORK = ".work"
 
 
 def read_corpus(path: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """(docids, contents) of a BEIR corpus.jsonl; an empty corpus is an error."""
-    from retromae_ir.data.readers import iter_beir_corpus
+    """(docids, contents) of a BEIR corpus.jsonl or an MS MARCO collection.tsv; an empty corpus is an error."""
+    from retromae_ir.data.readers import iter_corpus
 
     docids, texts = [], []
-    for doc in iter_beir_corpus(path):
+    for doc in iter_corpus(path):
         docids.append(doc.docid)
         texts.append(doc.contents)
     if not docids:
