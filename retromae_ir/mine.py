@@ -1,0 +1,132 @@
+"""``python -m retromae_ir.mine``: hard negatives for fine-tuning, written as the training JSONL.
+
+Retrieves the top ``--max-rank`` documents of every judged training query, either with BM25 through Lucene
+(``--retriever bm25``: stage 1's negatives) or with an encoder card through the project's own index and exact
+hybrid searcher (``--retriever DIR/card.yaml``: stage 2's ANN negatives, Eq. 14). The query's positives are
+dropped, and ``--negatives`` documents are sampled (per query, seeded by seed and qid) from ranks
+``--min-rank``..``--max-rank`` of the ranking (1-based, counted with the positives in place): skipping the very
+top avoids unlabelled positives. Output lines: ``{"qid", "query", "positives": [docid], "negatives": [docid]}``
+in ranking order, negatives first-ranked first.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from retromae_ir.data.readers import load_qrels, load_topics
+from retromae_ir.evaluate.metrics import ranked
+from retromae_ir.io import atomic_write
+from retromae_ir.logs import setup_logging
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class MiningArguments:
+    retriever: str = field(metadata={"help": "'bm25', or an encoder card (name or YAML path, e.g. a stage-1 "
+                                             "output's card.yaml)"})
+    corpus: str = field(metadata={"help": "BEIR corpus.jsonl"})
+    queries: str = field(metadata={"help": "topics file (BEIR queries.jsonl, TSV, ...)"})
+    qrels: str = field(metadata={"help": "training qrels (BEIR qrels/train.tsv or TREC); positives are dropped"})
+    output: str = field(metadata={"help": "JSONL to write"})
+    min_rank: int = field(default=3, metadata={"help": "first rank negatives are sampled from (1-based)"})
+    max_rank: int = field(default=200, metadata={"help": "last rank, also the retrieval depth"})
+    negatives: int = field(default=30, metadata={"help": "negatives kept per query (all of the window if fewer)"})
+    min_relevance: int = field(default=1, metadata={"help": "qrels label counted as a positive"})
+    seed: int = field(default=42)
+    index_root: str = field(default="indexes", metadata={"help": "where indexes are built / reused"})
+    index_name: str | None = field(default=None, metadata={"help": "default: the corpus's folder name"})
+    mode: str | None = field(default=None, metadata={"help": "card retrievers: hybrid, dense or sparse "
+                                                             "(default: hybrid for DupMAE cards, else dense)"})
+    threads: int = field(default=2)
+
+    def __post_init__(self):
+        if not 1 <= self.min_rank <= self.max_rank:
+            raise ValueError(f"need 1 <= --min-rank <= --max-rank, got {self.min_rank}..{self.max_rank}")
+        if self.negatives < 1:
+            raise ValueError(f"--negatives must be >= 1, got {self.negatives}")
+
+
+def sample_negatives(ranking: list[str], positives: set[str], min_rank: int, max_rank: int, count: int,
+                     rng: random.Random) -> list[str]:
+    """Up to ``count`` documents of ``ranking[min_rank-1:max_rank]`` that are not positives, kept in rank order."""
+    window = [docid for docid in ranking[min_rank - 1:max_rank] if docid not in positives]
+    if len(window) <= count:
+        return window
+    keep = set(rng.sample(range(len(window)), count))
+    return [docid for i, docid in enumerate(window) if i in keep]
+
+
+def mine(run: dict[str, dict[str, float]], queries: dict[str, str], positives: dict[str, set[str]],
+         args: MiningArguments) -> list[dict]:
+    """One training record per query that keeps at least one negative (the others are counted and logged)."""
+    records, empty = [], 0
+    for qid in sorted(positives):
+        ranking = [docid for docid, _ in ranked(run.get(qid, {}))]
+        negatives = sample_negatives(ranking, positives[qid], args.min_rank, args.max_rank, args.negatives,
+                                     random.Random(f"{args.seed}:{qid}"))
+        if not negatives:
+            empty += 1
+            continue
+        records.append({"qid": qid, "query": queries[qid], "positives": sorted(positives[qid]),
+                        "negatives": negatives})
+    if empty:
+        logger.warning("%d of %d queries have no negative in ranks %d-%d and are left out", empty, len(positives),
+                       args.min_rank, args.max_rank)
+    return records
+
+
+def retrieve(args: MiningArguments, queries: dict[str, str]) -> dict[str, dict[str, float]]:
+    """The top ``max_rank`` documents of every query with BM25 or the card's exact hybrid searcher."""
+    corpus = Path(args.corpus)
+    name = args.index_name or corpus.parent.name
+    if args.retriever == "bm25":
+        from retromae_ir.bm25 import BM25Params, BM25Searcher, build_index
+
+        index = build_index(corpus, Path(args.index_root) / "bm25" / name, args.threads)
+        return BM25Searcher(index, BM25Params(hits=args.max_rank), args.threads).search(queries)
+    from retromae_ir.search.retriever import EncoderRetriever
+
+    retriever = EncoderRetriever(args.retriever, args.mode, Path(args.index_root), hits=args.max_rank,
+                                 threads=args.threads)
+    return retriever.retrieve(corpus, name, queries)
+
+
+def judged_positives(qrels: dict[str, dict[str, int]], min_relevance: int) -> dict[str, set[str]]:
+    positives = {qid: {d for d, label in judged.items() if label >= min_relevance} for qid, judged in qrels.items()}
+    return {qid: docs for qid, docs in positives.items() if docs}
+
+
+def run(args: MiningArguments) -> Path:
+    topics = load_topics(args.queries)
+    positives = judged_positives(load_qrels(args.qrels), args.min_relevance)
+    missing = sorted(set(positives) - set(topics))
+    if missing:
+        raise ValueError(f"{args.qrels}: {len(missing)} judged queries are not in {args.queries} (e.g. {missing[:3]})")
+    queries = {qid: topics[qid] for qid in sorted(positives)}
+    records = mine(retrieve(args, queries), queries, positives, args)
+    if not records:
+        raise ValueError("no query kept a negative: widen --min-rank/--max-rank")
+    with atomic_write(args.output) as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    with atomic_write(f"{args.output}.args.json") as handle:
+        json.dump(asdict(args), handle, indent=2)
+    logger.info("%s: %d queries, %.1f negatives each (ranks %d-%d, %s)", args.output, len(records),
+                sum(len(r["negatives"]) for r in records) / len(records), args.min_rank, args.max_rank, args.retriever)
+    return Path(args.output)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from transformers import HfArgumentParser
+
+    setup_logging()
+    (args,) = HfArgumentParser([MiningArguments], description=__doc__.splitlines()[0]).parse_args_into_dataclasses(argv)
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

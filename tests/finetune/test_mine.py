@@ -1,0 +1,46 @@
+"""Mining drops the positives, samples only from the rank window, is seeded, and writes the training JSONL."""
+import json
+import random
+
+import pytest
+
+from retromae_ir.finetune.data import read_jsonl_examples
+from retromae_ir.mine import MiningArguments, mine, sample_negatives
+
+RANKING = [f"d{i}" for i in range(1, 21)]  # d1 is rank 1 ... d20 rank 20
+
+
+def test_window_and_positives():
+    positives = {"d4", "d6", "d1"}
+    for seed in range(30):
+        picked = sample_negatives(RANKING, positives, 3, 10, 4, random.Random(seed))
+        assert len(picked) == 4
+        assert not positives & set(picked)
+        assert all(3 <= int(d[1:]) <= 10 for d in picked)
+        assert picked == sorted(picked, key=lambda d: int(d[1:]))
+
+
+def test_small_window_returns_everything_left():
+    assert sample_negatives(RANKING, {"d3"}, 2, 5, 10, random.Random(0)) == ["d2", "d4", "d5"]
+    assert sample_negatives(RANKING[:2], set(), 3, 200, 5, random.Random(0)) == []
+
+
+def test_mine_records_seeded_and_readable(tmp_path):
+    run = {"q1": {d: 100.0 - i for i, d in enumerate(RANKING)}, "q2": {"d1": 5.0, "d2": 4.0}}
+    args = MiningArguments("bm25", "c.jsonl", "q.jsonl", "r.tsv", str(tmp_path / "neg.jsonl"),
+                           min_rank=2, max_rank=15, negatives=5, seed=7)
+    positives = {"q1": {"d2", "d9"}, "q2": {"d1", "d2"}}
+    records = mine(run, {"q1": "first", "q2": "second"}, positives, args)
+    assert [r["qid"] for r in records] == ["q1"]  # q2 has nothing left in its window
+    assert records == mine(run, {"q1": "first", "q2": "second"}, positives, args)
+    negatives = records[0]["negatives"]
+    assert len(negatives) == 5 and not {"d2", "d9"} & set(negatives) and "d1" not in negatives
+    corpus = {d: f"text {d}" for d in RANKING}
+    (tmp_path / "neg.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    example = read_jsonl_examples(tmp_path / "neg.jsonl", corpus)[0]
+    assert example.query == "first" and example.positives == ["text d2", "text d9"] and len(example.negatives) == 5
+
+
+def test_bad_window():
+    with pytest.raises(ValueError, match="min-rank"):
+        MiningArguments("bm25", "c", "q", "r", "o", min_rank=5, max_rank=4)
