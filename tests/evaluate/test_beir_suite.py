@@ -1,0 +1,74 @@
+"""The BEIR suite on fixed runs: cqadupstack averaged over its subforums, tables and chart, the average row."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from retromae_ir.data.beir import CQADUPSTACK_SUBFORUMS
+from retromae_ir.evaluate.beir_suite import BeirSuite, DatasetResult, results_frame, write_results
+from retromae_ir.evaluate.runs import write_trec_run
+
+
+class NoRetriever:
+    name = "fixed"
+
+    def retrieve(self, *args):
+        raise AssertionError("the run files are given: nothing may be retrieved")
+
+
+def write_part(folder: Path) -> None:
+    """A three-document part with one query whose one relevant document is ``b``."""
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": d}) + "\n" for d in "abc"))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "q"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\tb\t1\n")
+
+
+def test_cqadupstack_is_the_mean_of_its_subforums(tmp_path):
+    runs = tmp_path / "runs"
+    for i, sub in enumerate(CQADUPSTACK_SUBFORUMS):
+        write_part(tmp_path / "data" / "cqadupstack" / sub)
+        # relevant document first in half the subforums, second in the other half
+        order = ["b", "a", "c"] if i % 2 == 0 else ["a", "b", "c"]
+        write_trec_run(runs / f"beir-cqadupstack-{sub}.trec", {"q": {d: 3.0 - r for r, d in enumerate(order)}}, "t")
+    result = BeirSuite(NoRetriever(), runs, tmp_path / "data", download=False).run_dataset("cqadupstack")
+    assert result.status == "reused" and result.queries == 12
+    # nDCG@10: 1 at rank 1, 1/log2(3) at rank 2; recall@100 is 1 everywhere
+    assert result.metrics["ndcg@10"] == pytest.approx((1 + 1 / math.log2(3)) / 2)
+    assert result.metrics["recall@100"] == 1.0
+
+
+def test_missing_run_without_data_is_listed_not_fatal(tmp_path, monkeypatch):
+    monkeypatch.delenv("RETROMAE_IR_DATA", raising=False)
+    monkeypatch.setenv("RETROMAE_IR_CACHE", str(tmp_path / "cache"))
+    result = BeirSuite(NoRetriever(), tmp_path / "runs", tmp_path / "nothing", download=False).run_dataset("nq")
+    assert result.status == "missing" and "downloading is disabled" in result.reason
+
+
+def test_tables_and_chart_from_fixed_results(tmp_path):
+    results = [DatasetResult("scifact", "ok", {"ndcg@10": 0.70, "recall@100": 0.90}, 300),
+               DatasetResult("nfcorpus", "ok", {"ndcg@10": 0.30, "recall@100": 0.20}, 323),
+               DatasetResult("bioasq", "missing", reason="not public")]
+    frame = results_frame(results, "mine")
+    assert list(frame["dataset"]) == ["scifact", "nfcorpus", "average (2 of 18)"]
+    assert frame.iloc[2]["ndcg@10 (mine)"] == pytest.approx(0.50)
+    assert frame.iloc[2]["BM25 flat (Pyserini)"] == pytest.approx((0.6789 + 0.3218) / 2)
+    assert frame.iloc[2]["DupMAE (paper)"] == pytest.approx((0.699 + 0.346) / 2)
+
+    write_results(results, "mine", tmp_path)
+    markdown = (tmp_path / "beir-results.md").read_text()
+    assert "| scifact | 300 | 0.7000 | 0.9000 | 0.6789 | 0.6990 |" in markdown
+    assert "| average (2 of 18) | 623 | 0.5000 | 0.5500 |" in markdown
+    assert "not evaluated: bioasq: not public" in markdown
+    assert (tmp_path / "beir-results.csv").read_text().splitlines()[1].startswith("scifact,300,0.7000,0.9000")
+    assert (tmp_path / "beir-results.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_reference_average_is_left_out_when_the_reference_lacks_a_dataset(tmp_path):
+    results = [DatasetResult("scifact", "ok", {"ndcg@10": 0.7, "recall@100": 0.9}, 300),
+               DatasetResult("dbpedia-entity", "ok", {"ndcg@10": 0.3, "recall@100": 0.4}, 400)]
+    frame = results_frame(results, "mine")
+    assert frame.iloc[2]["DupMAE (paper)"] is None  # the paper's table has no dbpedia-entity in our notes
