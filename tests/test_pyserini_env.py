@@ -113,31 +113,21 @@ def test_offline_import_index_and_search_through_the_jvm(tiny_index):
 
 
 @pytest.mark.jvm
-def test_named_topics_offline_give_a_clear_message():
-    result = run_python("""
-        from pyserini.search import get_topics
+@pytest.mark.parametrize("call, message", [
+    ('from pyserini.search import get_topics; get_topics("dl19-passage")', "Pass a local topics file"),
+    ('from pyserini.search.lucene import LuceneSearcher; LuceneSearcher.from_prebuilt_index("beir-v1.0.0-scifact.flat")',
+     "pass the path of a local index"),
+])
+def test_network_resources_offline_give_a_clear_message(call, message):
+    result = run_python(f"""
         try:
-            get_topics("dl19-passage")
+            {call}
         except Exception as exc:
             print(type(exc).__name__, exc)
     """)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("OfflineError")
-    assert "Pass a local topics file" in result.stdout
-
-
-@pytest.mark.jvm
-def test_prebuilt_index_name_offline_gives_a_clear_message():
-    result = run_python("""
-        from pyserini.search.lucene import LuceneSearcher
-        try:
-            LuceneSearcher.from_prebuilt_index("beir-v1.0.0-scifact.flat")
-        except Exception as exc:
-            print(type(exc).__name__, exc)
-    """)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("OfflineError")
-    assert "pass the path of a local index" in result.stdout
+    assert message in result.stdout
 
 
 @pytest.mark.jvm

@@ -8,25 +8,13 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-HANDFUL = REPO / "tests" / "search"
+REPO = Path(__file__).resolve().parents[2]
+HANDFUL = Path(__file__).parent
 sys.path.insert(0, str(REPO / "eval"))
 import beir_all  # noqa: E402
 
-CARD = """name: handful-dupmae
-checkpoint: packaged:all-MiniLM-L6-v2
-kind: dupmae
-dims: 384
-k: 64
-query_k: 32
-scale: 100
-max_query_length: 32
-max_passage_length: 64
-"""
-
-
 @pytest.fixture()
-def beir_handful(tmp_path) -> Path:
+def beir_handful(tmp_path, handful) -> Path:
     """The search tests' six documents as a BEIR dataset (under a registered name) with one relevant doc per query."""
     folder = tmp_path / "data" / "scidocs"
     (folder / "qrels").mkdir(parents=True)
@@ -35,14 +23,14 @@ def beir_handful(tmp_path) -> Path:
     (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in topics))
     qrels = ["query-id\tcorpus-id\tscore"] + [f"{q}\td-{q[2:]}\t1" for q, _ in topics]
     (folder / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
-    (tmp_path / "card.yaml").write_text(CARD)
+    (tmp_path / "handful-dupmae.yaml").write_text(handful[0].read_text())  # the search tests' card
     return tmp_path
 
 
 @pytest.mark.jvm
 def test_encoder_card_on_beir_then_resume(beir_handful, capsys, monkeypatch):
     root = beir_handful
-    argv = ["--encoder", str(root / "card.yaml"), "--datasets", "scidocs", "--data-dir", str(root / "data"),
+    argv = ["--encoder", str(root / "handful-dupmae.yaml"), "--datasets", "scidocs", "--data-dir", str(root / "data"),
             "--runs-dir", str(root / "runs"), "--index-dir", str(root / "indexes"), "--no-download", "--threads", "1"]
     assert beir_all.main(argv) == 0
     assert "| scidocs | 6 | 1.0000 | 1.0000 |" in capsys.readouterr().out
