@@ -15,7 +15,7 @@ import numpy as np
 
 from retromae_ir.encode.base import Encoded, EncoderModel
 from retromae_ir.search.brute_force import top_hits
-from retromae_ir.search.index import HybridIndex
+from retromae_ir.search.index import MODES, HybridIndex
 
 
 class ExactHybridSearcher:
@@ -28,7 +28,8 @@ class ExactHybridSearcher:
         self.index = HybridIndex(index_dir, card)
         self._model = encoder if isinstance(encoder, EncoderModel) else None
         self.device = device
-        self.index.check_queries(np.zeros((1, self.index.card.dims), np.float32), None, "dense")
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
         if mode != "dense" and self.index.sparse is None:
             raise ValueError(f"mode {mode!r} needs a sparse side; card {self.index.card.name!r} has none")
         self.mode, self.candidates, self.threads = mode, candidates, max(1, threads)

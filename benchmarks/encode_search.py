@@ -1,0 +1,255 @@
+"""Encoding and search benchmarks of retromae_ir against the Pyserini tools a user would otherwise run.
+
+Both sides run in one invocation, same backbone (the packaged all-MiniLM-L6-v2), same documents, same threads:
+
+1. the machine's matmul ceiling (fp32, bf16), measured here;
+2. encode throughput: ``python -m pyserini.encode`` (AutoDocumentEncoder, CLS) vs ``python -m retromae_ir.encode``
+   with the dense-only card and with the DupMAE card; each CLI runs twice (``--encode-docs`` documents and 8
+   documents) and throughput = extra documents / extra seconds, so process start-up and model loading cancel;
+   also as a fraction of the ceiling (FLOPs from the real token counts);
+3. bf16 vs fp32 on the same documents: cosine of the dense vectors, overlap of the sparse top-k;
+4. search on an index of ``--index`` (a ``retromae_ir.encode corpus`` output): queries/s of our exact hybrid,
+   Pyserini's HybridSearcher (faiss + impact, pre-encoded queries) and faiss alone; how often each hybrid's
+   top-10 equals brute force's (Eq. 12 over every document) and recall@10 of the exact ranking; nDCG@10;
+5. index sizes against a 768-d flat index of the same documents.
+
+    python benchmarks/encode_search.py --index DIR --queries QDIR --topics T --qrels Q --corpus C --work W
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PY = sys.executable
+
+
+def matmul_ceiling(threads: int, size: int = 1024, repeats: int = 20) -> dict[str, float]:
+    """GFLOP/s of a square matmul in fp32 and bf16 (best of a few rounds: the machine is shared)."""
+    torch.set_num_threads(threads)
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        a @ b
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(repeats):
+                a @ b
+            best = min(best, time.perf_counter() - start)
+        out[name] = 2 * size ** 3 * repeats / best / 1e9
+    return out
+
+
+def model_flops_per_doc(config, tokens: np.ndarray, lm_head: bool) -> np.ndarray:
+    """Forward FLOPs of a BERT encoder (and its MLM head) for documents of ``tokens`` tokens."""
+    d, f, layers, vocab = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    per_token = 2 * layers * (4 * d * d + 2 * d * f)
+    attention = 2 * layers * 2 * tokens * d  # QK^T and AV, per token
+    head = 2 * (d * d + d * vocab) if lm_head else 0
+    return tokens * (per_token + head) + tokens * attention
+
+
+def timed(command: list[str], env=None) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def write_corpora(source: Path, work: Path, n: int) -> tuple[Path, Path, list[str]]:
+    """The first ``n`` documents as a BEIR corpus (ours) and as {"id","contents"} JSONL (pyserini.encode)."""
+    from retromae_ir.data.readers import iter_beir_corpus
+
+    docs = []
+    for doc in iter_beir_corpus(source):
+        docs.append(doc)
+        if len(docs) == n:
+            break
+    folder = work / f"docs{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "corpus.jsonl", "w") as beir, open(folder / "pyserini.jsonl", "w") as flat:
+        for doc in docs:
+            beir.write(json.dumps({"_id": doc.docid, "title": doc.title, "text": doc.text}) + "\n")
+            flat.write(json.dumps({"id": doc.docid, "contents": doc.contents}) + "\n")
+    return folder / "corpus.jsonl", folder / "pyserini.jsonl", [d.contents for d in docs]
+
+
+def encode_benchmark(args, ceiling: dict) -> dict:
+    from transformers import AutoConfig, AutoTokenizer
+
+    from retromae_ir.encode.cards import load_card
+
+    minilm = load_card("minilm-cls").checkpoint_path()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    results = {}
+    sizes = (8, args.encode_docs)
+    commands = {
+        "pyserini.encode (AutoDocumentEncoder, CLS, dense)": lambda beir, flat, out: [
+            PY, "-m", "pyserini.encode", "input", "--corpus", str(flat), "output", "--embeddings", str(out),
+            "--to-faiss", "encoder", "--encoder", minilm, "--device", "cpu", "--batch-size", "64",
+            "--max-length", "256", "--dimension", "384", "--pooling", "cls"],
+        "retromae_ir.encode minilm-cls (dense)": lambda beir, flat, out: [
+            PY, "-m", "retromae_ir.encode", "corpus", "--encoder", "minilm-cls", "--corpus", str(beir),
+            "--output", str(out), "--threads", str(args.threads), "--dtype", "fp32"],
+        "retromae_ir.encode dupmae-minilm (dense + sparse, incl. Lucene impact indexing)": lambda beir, flat, out: [
+            PY, "-m", "retromae_ir.encode", "corpus", "--encoder", "dupmae-minilm", "--corpus", str(beir),
+            "--output", str(out), "--threads", str(args.threads), "--dtype", "fp32"],
+    }
+    corpora = {n: write_corpora(args.corpus, args.work, n) for n in sizes}
+    tokenizer = AutoTokenizer.from_pretrained(minilm)
+    tokens = np.array([len(ids) for ids in tokenizer(corpora[args.encode_docs][2], truncation=True,
+                                                       max_length=256)["input_ids"]])
+    config = AutoConfig.from_pretrained(minilm)
+    for name, command in commands.items():
+        seconds = {}
+        for n in sizes:
+            out = args.work / "encode-out" / f"{abs(hash(name))}-{n}"
+            subprocess.run(["rm", "-rf", str(out)])
+            seconds[n] = timed(command(*corpora[n][:2], out), env)
+        extra_docs, extra_seconds = sizes[1] - sizes[0], seconds[sizes[1]] - seconds[sizes[0]]
+        lm_head = "dupmae" in name
+        flops = model_flops_per_doc(config, tokens, lm_head).sum() * extra_docs / len(tokens)
+        results[name] = {"seconds": seconds, "docs_per_s": extra_docs / extra_seconds,
+                         "gflops_per_s": flops / extra_seconds / 1e9,
+                         "fraction_of_fp32_ceiling": flops / extra_seconds / 1e9 / ceiling["fp32"]}
+        print(name, json.dumps(results[name]), flush=True)
+    base = results["pyserini.encode (AutoDocumentEncoder, CLS, dense)"]["docs_per_s"]
+    for value in results.values():
+        value["vs_pyserini"] = value["docs_per_s"] / base
+    results["mean_tokens_per_doc"] = float(tokens.mean())
+    return results
+
+
+def bf16_quality(args) -> dict:
+    """Dense cosine and sparse top-k overlap of bf16 autocast against fp32, on the same documents."""
+    from retromae_ir.encode import EncoderModel
+
+    texts = write_corpora(args.corpus, args.work, args.bf16_docs)[2]
+    fp32 = EncoderModel.from_card("dupmae-minilm", device="cpu", bf16=False)
+    bf16 = EncoderModel.from_card("dupmae-minilm", device="cpu", bf16=True)
+    timings = {}
+    outputs = {}
+    for name, model in (("fp32", fp32), ("bf16", bf16)):
+        start = time.perf_counter()
+        outputs[name] = model.encode_passage(texts, batch_size=16)
+        timings[name] = len(texts) / (time.perf_counter() - start)
+    a, b = outputs["fp32"], outputs["bf16"]
+    cosine = (a.dense * b.dense).sum(1) / np.linalg.norm(a.dense, axis=1) / np.linalg.norm(b.dense, axis=1)
+    overlap = [len(set(a.sparse[i].indices) & set(b.sparse[i].indices)) / max(1, a.sparse[i].nnz)
+               for i in range(len(texts))]
+    return {"docs": len(texts), "dense_cosine_min": float(cosine.min()), "dense_cosine_mean": float(cosine.mean()),
+            "sparse_topk_overlap_min": float(min(overlap)), "sparse_topk_overlap_mean": float(np.mean(overlap)),
+            "docs_per_s": timings}
+
+
+def search_benchmark(args) -> dict:
+    from pyserini.encode import QueryEncoder
+    from pyserini.search.faiss import FaissSearcher
+    from pyserini.search.hybrid import HybridSearcher
+    from pyserini.search.lucene import LuceneImpactSearcher
+
+    from retromae_ir.data.readers import load_qrels, load_topics
+    from retromae_ir.encode import EncoderModel
+    from retromae_ir.evaluate import evaluate_run
+    from retromae_ir.search import BruteForceScorer, ExactHybridSearcher
+
+    torch.set_num_threads(args.threads)
+    topics = load_topics(args.topics)
+    qrels = load_qrels(args.qrels)
+    qids, texts = list(topics), list(topics.values())
+    model = EncoderModel.from_card("dupmae-minilm", device="cpu")
+    encoded = model.encode_query(texts)
+    exact = {K: ExactHybridSearcher(args.index, model, candidates=K, threads=args.threads) for K in args.candidates}
+    brute = BruteForceScorer(next(iter(exact.values())).index).search(encoded.dense, encoded.sparse, 10)
+    reference = [[d for d, _ in hits] for hits in brute]
+
+    def agreement(top10s):
+        equal = np.mean([a == b for a, b in zip(top10s, reference)])
+        recall = np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(top10s, reference)])
+        return {"top10_equal": float(equal), "recall_at_10_of_exact": float(recall)}
+
+    results = {"queries": len(qids), "documents": len(exact[args.candidates[0]].index), "exact": {}, "pyserini": {}}
+    for K, searcher in exact.items():
+        start = time.perf_counter()
+        hits = searcher.search_encoded(encoded, 1000)
+        seconds = time.perf_counter() - start
+        run = {qid: dict(h) for qid, h in zip(qids, hits)}
+        results["exact"][K] = {"qps": len(qids) / seconds, **agreement([[d for d, _ in h[:10]] for h in hits]),
+                               **evaluate_run(run, qrels, ["ndcg_cut_10", "recall_100"])}
+    dense = FaissSearcher(str(args.index / "dense"), QueryEncoder.load_encoded_queries(str(args.queries / "dense")))
+    sparse = LuceneImpactSearcher(str(args.index / "sparse" / "index"), str(args.queries / "sparse.jsonl"),
+                                  min_idf=-1)
+    hybrid = HybridSearcher(dense, sparse)
+    alpha = 1 / model.card.scale ** 2
+    for K in args.candidates:
+        start = time.perf_counter()
+        fused = {qid: hybrid.search(text, k0=K, k=1000, alpha=alpha) for qid, text in zip(qids, texts)}
+        seconds = time.perf_counter() - start
+        run = {qid: {h.docid: h.score for h in hits} for qid, hits in fused.items()}
+        top10 = [[h.docid for h in sorted(fused[q], key=lambda h: (-h.score, h.docid))[:10]] for q in qids]
+        results["pyserini"][K] = {"qps": len(qids) / seconds, **agreement(top10),
+                                  **evaluate_run(run, qrels, ["ndcg_cut_10", "recall_100"])}
+    start = time.perf_counter()
+    for text in texts:
+        dense.search(text, 1000)
+    results["faiss_alone_qps"] = len(qids) / (time.perf_counter() - start)
+    print(json.dumps(results, indent=1), flush=True)
+    return results
+
+
+def index_sizes(index: Path) -> dict:
+    def du(path: Path) -> int:
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+
+    manifest = json.loads((index / "manifest.json").read_text())
+    n = manifest["documents"]
+    sizes = {"documents": n, "dense_flat_384": du(index / "dense" / "index"),
+             "sparse_lucene_impact_index": du(index / "sparse" / "index"),
+             "sparse_float_vectors_npz": du(index / "sparse" / "vectors.npz"),
+             "sparse_collection_jsonl": du(index / "sparse" / "collection"),
+             "flat_768_equivalent": n * 768 * 4}
+    sizes["dupmae_index_total_dense_plus_lucene"] = sizes["dense_flat_384"] + sizes["sparse_lucene_impact_index"]
+    return sizes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, required=True, help="BEIR corpus.jsonl for the encode benchmark")
+    parser.add_argument("--index", type=Path, required=True, help="dupmae-minilm index (retromae_ir.encode corpus)")
+    parser.add_argument("--queries", type=Path, required=True, help="its pre-encoded queries (encode queries)")
+    parser.add_argument("--topics", type=Path, required=True)
+    parser.add_argument("--qrels", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--encode-docs", type=int, default=1000)
+    parser.add_argument("--bf16-docs", type=int, default=64)
+    parser.add_argument("--candidates", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["encode", "bf16", "search"])
+    args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = {"threads": args.threads, "ceiling_gflops": matmul_ceiling(args.threads)}
+    print(json.dumps(results), flush=True)
+    if "encode" not in args.skip:
+        results["encode"] = encode_benchmark(args, results["ceiling_gflops"])
+    if "bf16" not in args.skip:
+        results["bf16"] = bf16_quality(args)
+        print(json.dumps(results["bf16"]), flush=True)
+    if "search" not in args.skip:
+        results["search"] = search_benchmark(args)
+    results["sizes"] = index_sizes(args.index)
+    (args.work / "results.json").write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
