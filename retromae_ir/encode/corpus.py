@@ -12,6 +12,7 @@ Shards can run as separate processes or GPUs (``torchrun`` sets RANK/WORLD_SIZE)
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -62,6 +63,7 @@ def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard
     start, end = shard_range(len(docids), shard_id, shard_num)
     folder = work_dir(output, model.card, shard_num) / f"shard-{shard_id}"
     folder.mkdir(parents=True, exist_ok=True)
+    _check_same_slice(folder, docids[start:end])
     chunks = range(start, end, chunk_size)
     for chunk_start in tqdm(chunks, desc=f"shard {shard_id}/{shard_num}", unit="chunk"):
         path = folder / f"chunk-{chunk_start:012d}.npz"
@@ -79,6 +81,18 @@ def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard
     with atomic_write(folder / "DONE") as out:
         json.dump({"start": start, "end": end, "chunks": len(chunks)}, out)
     return folder
+
+
+def _check_same_slice(folder: Path, docids: list[str]) -> None:
+    """Resume only onto chunks of the same documents: a changed corpus must not mix with old chunks."""
+    digest = hashlib.sha256("\n".join(docids).encode()).hexdigest()
+    meta = folder / "slice.json"
+    if meta.is_file() and json.loads(meta.read_text())["docids_sha256"] != digest:
+        raise IndexMismatchError(f"{folder} holds chunks of different documents (the corpus changed): "
+                                 "remove it, or use another --output")
+    if not meta.is_file():
+        with atomic_write(meta) as out:
+            json.dump({"documents": len(docids), "docids_sha256": digest}, out)
 
 
 def _load_shards(output: Path, card: EncoderCard, shard_num: int):

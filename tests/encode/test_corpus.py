@@ -71,3 +71,9 @@ def test_empty_corpus_is_an_error_and_writes_no_index(tmp_path):
     with pytest.raises(ValueError, match="empty"):
         main(["corpus", "--encoder", "minilm-cls", "--corpus", str(empty), "--output", str(tmp_path / "out")])
     assert not (tmp_path / "out" / "manifest.json").exists() and not (tmp_path / "out" / "dense").exists()
+
+
+def test_resume_refuses_chunks_of_another_corpus(dense_model, tmp_path):
+    encode_shard(dense_model, IDS, DOCS, tmp_path, chunk_size=4)
+    with pytest.raises(IndexMismatchError, match="corpus changed"):
+        encode_shard(dense_model, IDS[:-1] + ["other"], DOCS, tmp_path, chunk_size=4)
