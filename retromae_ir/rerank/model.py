@@ -1,0 +1,96 @@
+"""A cross-encoder (any Hugging Face encoder with a 1-logit classification head) trained group-wise.
+
+Each query's group [d+, d-_1 .. d-_{G-1}] is scored jointly with the query; the loss is the cross-entropy of
+the positive against its own group (``losses.listwise_loss``), the objective of the teachers RetroMAE / SimLM
+use. It plugs into ``FinetuneTrainer`` like the bi-encoder (no gathering: the groups are independent).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from retromae_ir.finetune.data import TrainExample, sample_group
+from retromae_ir.finetune.losses import listwise_loss
+from retromae_ir.io import atomic_write
+
+METADATA_FILE = "retromae_ir.json"
+
+
+@dataclass
+class CrossEncoderArguments:
+    model: str | None = field(default=None, metadata={
+        "help": "Hugging Face encoder or a trained cross-encoder directory (default: the packaged all-MiniLM-L6-v2; "
+                "a new head is initialised, seeded)"})
+    max_length: int = field(default=256, metadata={"help": "tokens of query + passage"})
+
+
+def default_model() -> str:
+    from retromae_ir.pretrain.backbone import default_model as packaged
+
+    return packaged()
+
+
+class PairCollator:
+    """Examples -> ``size`` groups of (query, passage) pairs, query-major, the positive first."""
+
+    def __init__(self, tokenizer, group_size: int, max_length: int):
+        self.tokenizer, self.group_size, self.max_length = tokenizer, group_size, max_length
+
+    def pairs(self, queries: list[str], passages: list[str]) -> dict[str, torch.Tensor]:
+        return dict(self.tokenizer(queries, passages, truncation="only_second", max_length=self.max_length,
+                                   padding=True, return_tensors="pt"))
+
+    def __call__(self, examples: Sequence[TrainExample], generator: torch.Generator) -> dict:
+        groups = [sample_group(e, self.group_size, generator) for e in examples]
+        batch = self.pairs([g.query for g in groups for _ in g.passages], [p for g in groups for p in g.passages])
+        return {"size": len(groups), **batch}
+
+
+class CrossEncoder(torch.nn.Module):
+    gathers = False
+    name = "cross-encoder"
+
+    def __init__(self, model, tokenizer, args: CrossEncoderArguments, group_size: int = 1):
+        super().__init__()
+        self.model, self.tokenizer, self.args, self.group_size = model, tokenizer, args, group_size
+
+    @classmethod
+    def load(cls, args: CrossEncoderArguments, group_size: int = 1, seed: int = 0) -> "CrossEncoder":
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        path = args.model or default_model()
+        torch.manual_seed(seed)  # a new classification head is drawn from the global RNG
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+        return cls(model, AutoTokenizer.from_pretrained(path), args, group_size)
+
+    def make_collator(self) -> PairCollator:
+        return PairCollator(self.tokenizer, self.group_size, self.args.max_length)
+
+    def forward(self, batch: dict) -> dict[str, torch.Tensor]:
+        inputs = {k: v for k, v in batch.items() if torch.is_tensor(v)}
+        return {"scores": self.model(**inputs).logits.squeeze(-1)}
+
+    def loss(self, outputs: dict[str, torch.Tensor], batch: dict) -> dict[str, torch.Tensor]:
+        return {"loss": listwise_loss(outputs["scores"].view(batch["size"], -1))}
+
+    @torch.inference_mode()
+    def score(self, queries: list[str], passages: list[str]) -> list[float]:
+        """Scores of (query, passage) pairs, one forward pass."""
+        batch = self.make_collator().pairs(queries, passages)
+        device = next(self.model.parameters()).device
+        return self.model(**{k: v.to(device) for k, v in batch.items()}).logits.squeeze(-1).float().tolist()
+
+    def save(self, directory: str | Path, metadata: dict) -> None:
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        with atomic_write(directory / METADATA_FILE) as handle:
+            json.dump({"method": "cross-encoder", "args": asdict(self.args), "group_size": self.group_size,
+                       **metadata}, handle, indent=2, default=str)
+
+    def after_save(self, directory: Path) -> None:
+        """Nothing beyond the checkpoint: a cross-encoder has no encoder card."""

@@ -1,0 +1,71 @@
+"""Soft labels: the cross-encoder's score of every positive and negative of a training JSONL.
+
+The output is the input with ``positive_scores`` / ``negative_scores`` added (what ``--stage distill`` reads).
+Records are appended to ``OUTPUT.partial`` a chunk of queries at a time; a rerun continues after the last
+complete record, and the file is renamed to OUTPUT when every query is scored.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from retromae_ir.data.readers import iter_lines
+from retromae_ir.finetune.data import load_passages, read_jsonl_examples
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ScoreArguments:
+    input: str = field(metadata={"help": "training JSONL (e.g. the stage-2 negatives from python -m retromae_ir.mine)"})
+    output: str = field(metadata={"help": "JSONL with positive_scores / negative_scores added"})
+    corpus: str | None = field(default=None, metadata={"help": "BEIR corpus.jsonl / MS MARCO collection.tsv for ids"})
+    batch_size: int = field(default=64, metadata={"help": "pairs per forward pass"})
+    chunk_queries: int = field(default=64, metadata={"help": "queries per resumable chunk"})
+    device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
+
+
+def _completed(partial: Path) -> int:
+    """Complete records already in ``partial``; a torn last line (interrupted write) is cut off."""
+    if not partial.is_file():
+        return 0
+    text = partial.read_text(encoding="utf-8")
+    complete = text[:text.rfind("\n") + 1]
+    if complete != text:
+        partial.write_text(complete, encoding="utf-8")
+    return complete.count("\n")
+
+
+def score_file(model, args: ScoreArguments) -> Path:
+    corpus = load_passages(args.corpus) if args.corpus else None
+    examples = read_jsonl_examples(args.input, corpus)
+    records = [json.loads(line) for _, line in iter_lines(args.input)]
+    output = Path(args.output)
+    partial = output.with_name(output.name + ".partial")
+    done = _completed(partial)
+    if done:
+        logger.info("%s: continuing after %d scored queries", partial, done)
+    model.eval()
+    with open(partial, "a", encoding="utf-8") as out:
+        for start in tqdm(range(done, len(examples), args.chunk_queries), desc="cross-encoder scoring", unit="chunk"):
+            chunk = examples[start:start + args.chunk_queries]
+            pairs = [(e.query, p) for e in chunk for p in e.positives + e.negatives]
+            scores = []
+            for first in range(0, len(pairs), args.batch_size):
+                batch = pairs[first:first + args.batch_size]
+                scores += model.score([q for q, _ in batch], [p for _, p in batch])
+            offset = 0
+            for example, record in zip(chunk, records[start:start + args.chunk_queries]):
+                middle, end = offset + len(example.positives), offset + len(example.positives) + len(example.negatives)
+                record = {**record, "positive_scores": scores[offset:middle], "negative_scores": scores[middle:end]}
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                offset = end
+            out.flush()
+    os.replace(partial, output)
+    logger.info("%s: %d queries scored", output, len(examples))
+    return output

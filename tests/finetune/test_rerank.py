@@ -1,0 +1,58 @@
+"""Cross-encoder: group-wise loss, soft labels aligned with the candidates, resumable scoring, distillation input."""
+import json
+
+import pytest
+import torch
+
+from retromae_ir.finetune.data import TrainExample, read_jsonl_examples
+from retromae_ir.finetune.losses import listwise_loss
+from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
+from retromae_ir.rerank.score import ScoreArguments, score_file
+
+RECORDS = [{"qid": "1", "query": "vitamin d", "positives": ["a"], "negatives": ["b", "c"]},
+           {"qid": "2", "query": "insulin", "positives": ["b", "c"], "negatives": ["a"]},
+           {"qid": "3", "query": "rain", "positives": ["c"], "negatives": ["a", "b"]}]
+CORPUS = {"a": "vitamin d helps bones", "b": "insulin lowers blood sugar", "c": "clouds bring rain"}
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tiny_bert_dir):
+    return CrossEncoder.load(CrossEncoderArguments(str(tiny_bert_dir), max_length=32), group_size=3).eval()
+
+
+def test_group_loss_on_the_pair_scores(cross_encoder):
+    examples = [TrainExample("vitamin d", ["vitamin d helps bones"], ["x", "y"]),
+                TrainExample("rain", ["clouds bring rain"], ["z", "w"])]
+    batch = cross_encoder.make_collator()(examples, torch.Generator().manual_seed(0))
+    assert batch["size"] == 2 and batch["input_ids"].shape[0] == 6
+    outputs = cross_encoder(batch)
+    expected = listwise_loss(outputs["scores"].view(2, 3))
+    assert cross_encoder.loss(outputs, batch)["loss"].item() == pytest.approx(expected.item())
+
+
+def test_scores_align_with_candidates_and_resume(cross_encoder, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
+    source = tmp_path / "neg.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    args = ScoreArguments(str(source), str(tmp_path / "scored.jsonl"), str(corpus), batch_size=4, chunk_queries=1)
+    fresh = score_file(cross_encoder, args).read_text().splitlines()
+    for line, record in zip(fresh, RECORDS):
+        scored = json.loads(line)
+        ids = record["positives"] + record["negatives"]
+        expected = cross_encoder.score([record["query"]] * len(ids), [CORPUS[d] for d in ids])
+        assert scored["positive_scores"] + scored["negative_scores"] == pytest.approx(expected, abs=1e-5)
+        assert {k: scored[k] for k in record} == record
+    examples = read_jsonl_examples(tmp_path / "scored.jsonl", CORPUS)
+    assert all(e.scored for e in examples)
+
+    # an interrupted run: one complete record and a torn one; the rerun scores the rest only
+    (tmp_path / "scored.jsonl").unlink()
+    (tmp_path / "scored.jsonl.partial").write_text(fresh[0] + "\n" + fresh[1][:20])
+    resumed = score_file(cross_encoder, args).read_text().splitlines()
+    assert len(resumed) == len(fresh) and resumed[0] == fresh[0]
+    for again, first in zip(map(json.loads, resumed[1:]), map(json.loads, fresh[1:])):
+        assert again["qid"] == first["qid"]
+        assert again["positive_scores"] + again["negative_scores"] == pytest.approx(
+            first["positive_scores"] + first["negative_scores"], abs=1e-5)
+    assert not (tmp_path / "scored.jsonl.partial").exists()
