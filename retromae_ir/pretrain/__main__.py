@@ -11,6 +11,8 @@ import logging
 import sys
 from dataclasses import asdict
 
+import torch
+
 from retromae_ir.pretrain import METHODS, get_method
 from retromae_ir.pretrain.arguments import DataArguments, MaskingArguments, ModelArguments, TrainingArguments
 from retromae_ir.pretrain.backbone import check_config, default_model
@@ -40,6 +42,7 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     model_name = model_args.model or default_model()
     check_config(model_name, data.max_length)
     resume_point(training.output, training.resume)
+    torch.manual_seed(training.seed)  # fresh decoders / MLM heads initialise the same way every run
     if contrastive.contrastive_weight > 0:
         method_cls = with_contrastive(method_cls, contrastive)
     model = method_cls.from_pretrained(model_name, masking, method_args, data.max_length)

@@ -63,10 +63,11 @@ def sample_whole_words(words: torch.Tensor, ratio: float, generator: torch.Gener
         keys = -torch.log1p(-keys) / weights
     keys = keys.masked_fill(sizes == 0, float("inf"))  # empty word slots sort last
     order = keys.argsort(dim=-1)
-    running = sizes.gather(-1, order).cumsum(-1)
-    target = torch.round(valid.sum(-1, keepdim=True) * ratio).long()
+    sorted_sizes = sizes.gather(-1, order)
+    middle = sorted_sizes.cumsum(-1) - sorted_sizes / 2  # a word is taken if its middle falls within the target
+    target = valid.sum(-1, keepdim=True) * ratio
     first = torch.arange(length, device=words.device) == 0
-    taken_sorted = ((running <= target) | (first & (target > 0))) & (sizes.gather(-1, order) > 0)
+    taken_sorted = ((middle <= target) | (first & (target >= 0.5))) & (sorted_sizes > 0)
     taken = torch.zeros_like(taken_sorted).scatter_(-1, order, taken_sorted)
     return taken.gather(-1, slot) & valid
 

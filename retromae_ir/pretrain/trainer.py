@@ -82,10 +82,11 @@ class Schedule:
 
 def resume_point(output: Path, resume: bool) -> Path | None:
     """The latest ``checkpoints/step-N`` to resume from (None: start fresh); refuses to train over an existing,
-    non-empty output without ``resume``. Cheap, so callers run it before loading anything."""
+    non-empty output without ``resume``. Cheap, so callers run it before loading anything. Only the main
+    process (RANK 0 under torchrun) checks emptiness: the others may look after it has started writing."""
     output = Path(output)
     if not resume:
-        if output.exists() and any(output.iterdir()):
+        if int(os.environ.get("RANK", "0")) == 0 and output.exists() and any(output.iterdir()):
             raise TrainerError(f"output {output} exists and is not empty: pass --resume to continue it "
                                "or choose a new directory")
         return None

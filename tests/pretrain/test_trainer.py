@@ -1,0 +1,137 @@
+"""The training loop on a tiny random BERT: exact resume, the CLI's outputs, 2-process DDP under torchrun
+(gloo), and every bad input refused before training starts."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from retromae_ir.pretrain import get_method
+from retromae_ir.pretrain.__main__ import main
+from retromae_ir.pretrain.arguments import MaskingArguments, TrainingArguments
+from retromae_ir.pretrain.backbone import BackboneError
+from retromae_ir.pretrain.data import CorpusError, load_segments
+from retromae_ir.pretrain.trainer import Trainer, TrainerError
+
+from pretrain_helpers import write_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.jsonl")
+
+
+def training(output, **overrides):
+    values = dict(output=str(output), max_steps=4, batch_size=4, grad_accum=2, lr=1e-3, save_steps=2,
+                  logging_steps=1, seed=3, device="cpu")
+    return TrainingArguments(**{**values, **overrides})
+
+
+def fresh_trainer(tiny_bert_dir, corpus, args):
+    torch.manual_seed(0)
+    model = get_method("dupmae").from_pretrained(tiny_bert_dir, MaskingArguments())
+    return Trainer(model, load_segments(corpus, model.tokenizer, 32), args, {})
+
+
+def read_rows(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_resume_gives_the_uninterrupted_result(tiny_bert_dir, corpus, tmp_path, monkeypatch):
+    straight = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "a"))
+    straight.train()
+
+    interrupted = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "b"))
+    step = interrupted.train_step
+
+    def crash_at_step_three():
+        if interrupted.step == 3:
+            raise KeyboardInterrupt
+        return step()
+
+    monkeypatch.setattr(interrupted, "train_step", crash_at_step_three)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.train()
+    assert (tmp_path / "b/checkpoints/step-2/trainer_state").is_dir()
+    assert not (tmp_path / "b/model.safetensors").exists()  # no final checkpoint from an interrupted run
+
+    resumed = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "b", resume=True))
+    resumed.train()
+    assert resumed.step == 4
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert read_rows(tmp_path / "a/loss.csv") == read_rows(tmp_path / "b/loss.csv")
+    assert sorted(p.name for p in (tmp_path / "b/checkpoints").iterdir()) == ["step-2", "step-4"]
+
+
+def test_cli_writes_a_loadable_checkpoint_and_curves(tiny_bert_dir, corpus, tmp_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    out = tmp_path / "run"
+    main(["--method", "retromae", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(out),
+          "--max-length", "32", "--batch-size", "4", "--max-steps", "2", "--save-steps", "0", "--device", "cpu"])
+    rows = read_rows(out / "loss.csv")
+    assert [int(r["step"]) for r in rows] == [1, 2] and set(rows[0]) == {"step", "epoch", "lr", "loss", "mlm", "dec"}
+    assert (out / "loss.png").stat().st_size > 0 and (out / "train.log").stat().st_size > 0
+    meta = json.loads((out / "retromae_ir.json").read_text())
+    assert meta["method"] == "retromae" and meta["step"] == 2
+    assert (out / "decoders.safetensors").is_file() and (out / "trainer_state/state.pt").is_file()
+    AutoModel.from_pretrained(out)
+    AutoTokenizer.from_pretrained(out)
+
+
+def test_two_process_ddp_step_under_torchrun(tiny_bert_dir, corpus, tmp_path):
+    out = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
+               "-m", "retromae_ir.pretrain", "--method", "dupmae", "--model", str(tiny_bert_dir), "--corpus",
+               str(corpus), "--output", str(out), "--max-length", "32", "--batch-size", "2", "--max-steps", "1",
+               "--device", "cpu"]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "retromae_ir.json").read_text())["world_size"] == 2
+    assert len(read_rows(out / "loss.csv")) == 1
+
+
+def _args(tiny_bert_dir, corpus, output, *extra):
+    return ["--method", "retromae", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(output),
+            "--max-length", "32", "--max-steps", "1", "--device", "cpu", *extra]
+
+
+@pytest.mark.parametrize("case", ["missing corpus", "empty corpus", "no text", "not bert", "too long", "ratio"])
+def test_bad_input_fails_before_training(tiny_bert_dir, corpus, tmp_path, case):
+    output = tmp_path / "out"
+    args = _args(tiny_bert_dir, corpus, output)
+    if case == "missing corpus":
+        args[5], error, message = str(tmp_path / "nope.jsonl"), CorpusError, "not found"
+    elif case == "empty corpus":
+        (tmp_path / "empty.jsonl").write_text("")
+        args[5], error, message = str(tmp_path / "empty.jsonl"), CorpusError, "empty"
+    elif case == "no text":
+        (tmp_path / "blank.jsonl").write_text('{"_id": "1", "title": "", "text": ""}\n')
+        args[5], error, message = str(tmp_path / "blank.jsonl"), CorpusError, "no text"
+    elif case == "not bert":
+        (tmp_path / "gpt").mkdir()
+        (tmp_path / "gpt/config.json").write_text(json.dumps({"model_type": "gpt2"}))
+        args[3], error, message = str(tmp_path / "gpt"), BackboneError, "BERT-family"
+    elif case == "too long":
+        args[9], error, message = "1024", BackboneError, "exceeds"
+    else:
+        args += ["--encoder-mask-ratio", "1.5"]
+        error, message = ValueError, "encoder-mask-ratio"
+    with pytest.raises(error, match=message):
+        main(args)
+    assert not output.exists()
+
+
+def test_existing_output_needs_resume(tiny_bert_dir, corpus, tmp_path):
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "config.json").write_text("{}")
+    with pytest.raises(TrainerError, match="--resume"):
+        main(_args(tiny_bert_dir, corpus, output))
