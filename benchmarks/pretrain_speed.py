@@ -1,0 +1,174 @@
+"""Pre-training speed and memory: sequences/s and peak RSS per method, backbone, max length and precision,
+next to this machine's matmul ceiling and the RetroMAE authors' code measured on the same kind of machine.
+
+    python benchmarks/pretrain_speed.py --output docs/figures/pretrain-speed.json
+
+Each configuration runs in its own subprocess (so peak RSS is its own): one warm-up step, then timed
+optimizer steps (forward, backward, AdamW) on random-token batches of full length. bf16 (autocast) is skipped
+when the machine's bf16 matmul is slower than its fp32 matmul (no AVX512-BF16/AMX): ``--force-bf16`` runs it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+AUTHORS = {  # RetroMAE authors' code, HF Trainer, fp32, MiniLM masked LM, 2 threads (docs: environment.md)
+    ("retromae", 128): 3.9, ("dupmae", 128): 3.4, ("retromae", 512): 0.62, ("dupmae", 512): 0.57}
+SHAPES = {128: 16, 512: 4}  # max length -> batch size, as in the authors' measurements
+BACKBONES = ("minilm", "bert-base-random")
+
+
+def matmul_gflops(dtype_name: str, threads: int, budget_s: float = 1.0, largest: int = 2048) -> dict:
+    """GFLOP/s of an n x n matmul, n doubled from 256 while one product takes under ``budget_s``."""
+    import torch
+
+    torch.set_num_threads(threads)
+    dtype = getattr(torch, dtype_name)
+    n, result = 256, {}
+    while n <= largest:
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        torch.mm(a, b)
+        start = time.perf_counter()
+        torch.mm(a, b)
+        seconds = time.perf_counter() - start
+        result = {"n": n, "gflops": 2 * n ** 3 / seconds / 1e9}
+        if seconds > budget_s:
+            break
+        n *= 2
+    return result
+
+
+def backbone_dir(name: str, workdir: Path) -> str:
+    """The packaged MiniLM, or a randomly initialised bert-base configuration saved once (no download)."""
+    from retromae_ir.pretrain.backbone import default_model
+
+    if name == "minilm":
+        return default_model()
+    path = workdir / "bert-base-random"
+    if not (path / "config.json").is_file():
+        import torch
+        from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+        torch.manual_seed(0)
+        BertForMaskedLM(BertConfig()).save_pretrained(path)  # BertConfig() defaults = bert-base-uncased shape
+        AutoTokenizer.from_pretrained(default_model()).save_pretrained(path)
+    return str(path)
+
+
+def measure_one(method: str, model_dir: str, length: int, bf16: bool, steps: int, threads: int, device: str) -> dict:
+    """Seconds per optimizer step and sequences/s of one configuration (run inside its own process)."""
+    import torch
+
+    from retromae_ir.pretrain import get_method
+    from retromae_ir.pretrain.arguments import MaskingArguments
+    from retromae_ir.pretrain.collate import Segment
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = get_method(method).from_pretrained(model_dir, MaskingArguments()).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch_size = SHAPES[length]
+    generator = torch.Generator().manual_seed(0)
+    segments = [Segment(str(i), 0, tuple(torch.randint(1996, 29000, (length - 2,), generator=generator).tolist()))
+                for i in range(batch_size)]
+    collator = model.make_collator()
+
+    def step() -> None:
+        batch = {k: v.to(device) for k, v in collator(segments, generator).items()}
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            losses = model(batch)
+        losses["loss"].backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    step()  # warm-up
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    seconds = (time.perf_counter() - start) / steps
+    return {"s_per_step": seconds, "seq_per_s": batch_size / seconds, "batch_size": batch_size,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
+
+
+def run_child(args, method: str, backbone: str, length: int, precision: str) -> dict:
+    command = [sys.executable, __file__, "--one", method, backbone, str(length), precision, "--steps", str(args.steps),
+               "--threads", str(args.threads), "--device", args.device, "--workdir", str(args.workdir)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def markdown(report: dict) -> str:
+    ceiling = report["ceiling"]
+    lines = [f"matmul ceiling ({report['threads']} threads): fp32 {ceiling['float32']['gflops']:.0f} GFLOP/s "
+             f"(n={ceiling['float32']['n']}), bf16 {ceiling['bfloat16']['gflops']:.1f} GFLOP/s "
+             f"(n={ceiling['bfloat16']['n']}); load average during the run {report['loadavg']}", "",
+             "| method | backbone | max length x batch | precision | seq/s | s/step | peak RSS GB | authors' code (fp32) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in report["rows"]:
+        authors = AUTHORS.get((row["method"], row["length"])) if row["backbone"] == "minilm" else None
+        if "skipped" in row:
+            measured = f"skipped: {row['skipped']} | | "
+        else:
+            measured = f"{row['seq_per_s']:.2f} | {row['s_per_step']:.2f} | {row['peak_rss_gb']:.2f}"
+        lines.append(f"| {row['method']} | {row['backbone']} | {row['length']} x {SHAPES[row['length']]} | "
+                     f"{row['precision']} | {measured} | {authors if authors is not None else '-'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=["retromae", "dupmae"])
+    parser.add_argument("--backbones", nargs="+", default=list(BACKBONES), choices=BACKBONES)
+    parser.add_argument("--lengths", nargs="+", type=int, default=[128, 512], choices=sorted(SHAPES))
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--steps", type=int, default=2, help="timed optimizer steps after one warm-up step")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--force-bf16", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=Path("outputs/benchmarks"))
+    parser.add_argument("--output", type=Path, help="JSON report (a Markdown table goes to stdout)")
+    parser.add_argument("--one", nargs=4, metavar=("METHOD", "BACKBONE", "LENGTH", "PRECISION"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        method, backbone, length, precision = args.one
+        model_dir = backbone_dir(backbone, args.workdir)
+        print(json.dumps(measure_one(method, model_dir, int(length), precision == "bf16", args.steps, args.threads,
+                                     args.device)))
+        return
+    from retromae_ir.io import atomic_write
+
+    ceiling = {name: matmul_gflops(name, args.threads) for name in ("float32", "bfloat16")}
+    slow_bf16 = args.device == "cpu" and ceiling["bfloat16"]["gflops"] < ceiling["float32"]["gflops"]
+    rows = []
+    for backbone in args.backbones:
+        backbone_dir(backbone, args.workdir)
+        for length in args.lengths:
+            for method in args.methods:
+                for precision in args.precisions:
+                    row = {"method": method, "backbone": backbone, "length": length, "precision": precision}
+                    if precision == "bf16" and slow_bf16 and not args.force_bf16:
+                        row["skipped"] = "bf16 matmul slower than fp32 on this CPU"
+                    else:
+                        row.update(run_child(args, method, backbone, length, precision))
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+    report = {"threads": args.threads, "device": args.device, "ceiling": ceiling, "rows": rows,
+              "loadavg": [round(x, 1) for x in os.getloadavg()], "steps": args.steps}
+    if args.output:
+        with atomic_write(args.output) as handle:
+            json.dump(report, handle, indent=2)
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()
