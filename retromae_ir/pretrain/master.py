@@ -92,19 +92,32 @@ def load_side_texts(path: str | Path, sep_token: str) -> dict[str, dict[str, str
     texts: dict[str, dict[str, str]] = {}
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
-            try:
-                record = json.loads(line)
-                docid = str(record["id"])
-                queries, continuation = record.get("queries"), record.get("continuation")
-            except (ValueError, KeyError, TypeError, AttributeError):
-                raise DataFormatError(f"{path}:{number}: expected a JSON object with 'id' (generate.py output)") from None
-            entry = {}
-            if isinstance(queries, list) and any(q.strip() for q in queries):
-                entry["dor"] = f" {sep_token} ".join(q.strip() for q in queries if q.strip())
-            if isinstance(continuation, str) and continuation.strip():
-                entry["gor"] = continuation.strip()
-            texts[docid] = entry
+            if line.strip():
+                docid, entry = _side_entry(line, sep_token)
+                if entry is None:
+                    raise DataFormatError(f"{path}:{number}: expected {{\"id\": str, \"queries\": [str], "
+                                          f"\"continuation\": str}} (generate.py output)")
+                texts[docid] = entry
     return texts
+
+
+def _side_entry(line: str, sep_token: str) -> tuple[str, dict[str, str] | None]:
+    """One side-text record as (docid, {task: text}), or (_, None) when it is malformed."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return "", None
+    queries = record.get("queries", []) if isinstance(record, dict) else None
+    continuation = record.get("continuation", "") if isinstance(record, dict) else None
+    if (not isinstance(record, dict) or "id" not in record or not isinstance(continuation, str)
+            or not isinstance(queries, list) or not all(isinstance(q, str) for q in queries)):
+        return "", None
+    entry = {}
+    if any(q.strip() for q in queries):
+        entry["dor"] = f" {sep_token} ".join(q.strip() for q in queries if q.strip())
+    if continuation.strip():
+        entry["gor"] = continuation.strip()
+    return str(record["id"]), entry
 
 
 def split_halves(ids: Sequence[int], continuation: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:

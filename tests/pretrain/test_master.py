@@ -123,15 +123,14 @@ def test_npr_halves_cut_at_a_word_start(tiny_bert_dir, stats_file, tokenizer, se
     assert {"npr_mlm", "npr"} <= set(model(batch))
 
 
-def test_mkp_masks_up_to_half_of_the_tokens_never_special(tiny_bert_dir, stats_file, tokenizer, segments):
+def test_mkp_masks_about_half_of_the_tokens_never_special(tiny_bert_dir, stats_file, tokenizer, segments):
     model = build(tiny_bert_dir, master_tasks="mkp", master_corpus_stats=str(stats_file))
     batch = collate(model, segments)
     masked = batch["mkp_labels"] != IGNORE_INDEX
     ordinary = batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
     assert not (masked & ~ordinary).any()
-    # whole words while the count stays within round(0.5 n): a rare long word drawn early can stop it short
-    assert (masked.sum(-1) <= torch.round(0.5 * ordinary.sum(-1))).all() and masked.any(-1).all()
-    assert masked.sum() / ordinary.sum() > 0.4
+    # whole words up to about half of the tokens (a long rare word drawn early can make a row miss 0.5)
+    assert masked.any(-1).all() and 0.4 < masked.sum() / ordinary.sum() < 0.6
     assert (batch["mkp_input_ids"][masked] == tokenizer.mask_token_id).all()
 
 
@@ -198,3 +197,14 @@ def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file):
     assert meta["method"] == "master" and meta["method_args"]["master_tasks"] == "mkp,cmp,npr,dor,gor"
     header = (out / "loss.csv").read_text().splitlines()[0].split(",")
     assert {"loss", "mkp", "cmp", "npr", "dor", "gor", "cmp_mlm"} <= set(header)
+
+
+@pytest.mark.parametrize("line", ['{"queries": ["q"]}', '{"id": "a", "queries": "q"}', '{"id": "a", "queries": [1]}',
+                                  '{"id": "a", "continuation": 3}', '["a"]', '{"id": "a", "queries": ["q"'])
+def test_malformed_side_texts_name_the_line(tmp_path, line):
+    from retromae_ir.data.readers import DataFormatError
+
+    path = tmp_path / "side.jsonl"
+    path.write_text('{"id": "ok", "queries": ["q"]}\n\n' + line + "\n")
+    with pytest.raises(DataFormatError, match=r"side.jsonl:3: expected"):
+        load_side_texts(path, "[SEP]")
