@@ -45,9 +45,10 @@ def sample_whole_words(words: torch.Tensor, ratio: float, generator: torch.Gener
                        weights: torch.Tensor | None = None) -> torch.Tensor:
     """Select whole words at random until about ``ratio`` of the ordinary tokens are covered.
 
-    ``words`` is [..., L] from :func:`word_ids`. Words are taken in a random order while the running token
-    count stays within ``round(ratio * n)``; the first word is always taken so a non-empty row is never left
-    without a selection. Returns a bool [..., L] mask, False on special tokens and padding.
+    ``words`` is [..., L] from :func:`word_ids`. Words are taken in a random order while the middle of each
+    word's token span stays within ``ratio * n`` (so multi-piece words neither over- nor under-shoot on
+    average); the first word is taken whenever ``ratio * n >= 0.5``. Returns a bool [..., L] mask, False on
+    special tokens and padding.
     ``weights`` ([..., L], > 0, indexed like the word slots of ``words``) makes the order weighted sampling
     without replacement (Efraimidis-Spirakis keys); None keeps every word equally likely.
     """
