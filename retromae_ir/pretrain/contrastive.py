@@ -87,8 +87,12 @@ def with_contrastive(method_cls: type, args: ContrastiveArguments) -> type:
         segments: Sequence[Segment] = ()
 
         def make_examples(self, segments: Sequence[Segment]) -> Sequence[Segment]:
+            examples = super().make_examples(segments)
+            if examples is not segments:
+                raise ValueError(f"the contrastive loss needs a method trained on plain segments; "
+                                 f"{method_cls.name!r} builds its own examples")
             self.segments = segments
-            return super().make_examples(segments)
+            return examples
 
         def make_collator(self):
             return PositiveSpanCollator(super().make_collator(), self.tokenizer, self.segments)
