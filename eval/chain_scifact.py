@@ -31,6 +31,7 @@ from retromae_ir.io import atomic_write  # noqa: E402
 from retromae_ir.logs import setup_logging  # noqa: E402
 
 log = logging.getLogger("chain")
+SHARED_BEIR = REPO.parent / "shared" / "data" / "beir"
 REFERENCES = {"BM25 flat (Pyserini)": 0.6789, "all-MiniLM-L6-v2 off the shelf (mean, cosine)": 0.6451}
 
 
@@ -211,7 +212,7 @@ def main(argv=None) -> None:
     parser.add_argument("--config", choices=sorted(CONFIGS), default="quick")
     parser.add_argument("--folder", type=Path, default=None,
                         help="BEIR-layout folder with corpus.jsonl, queries.jsonl, qrels/train.tsv and qrels/test.tsv "
-                             "(default: scifact through retromae_ir.data.beir)")
+                             "(default: scifact through retromae_ir.data.beir, looking in ../shared/data/beir first)")
     parser.add_argument("--model", default=None, help="starting encoder (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--output", type=Path, default=None, help="default: runs/chain-scifact-<config>")
     parser.add_argument("--no-bf16", action="store_true", help="train and encode in fp32")
@@ -222,7 +223,7 @@ def main(argv=None) -> None:
     if args.folder is None:
         from retromae_ir.data.beir import resolve_beir
 
-        args.folder = resolve_beir("scifact")
+        args.folder = resolve_beir("scifact", SHARED_BEIR if SHARED_BEIR.is_dir() else None)
     output = args.output or REPO / "runs" / f"chain-scifact-{args.config}"
     output.mkdir(parents=True, exist_ok=True)
     setup_logging(output / "chain.log")
