@@ -54,9 +54,10 @@ class ExactHybridSearcher:
         return self.search_encoded(self.model.encode_query([query]), k)[0]
 
     def search_encoded(self, encoded: Encoded, k: int = 1000) -> list[list[tuple[str, float]]]:
-        """Hits for a batch of encoded queries: candidates from each side's top K', then exact Eq. 12 scores."""
+        """Hits for a batch of encoded queries: candidates from each side's top K' (``candidates``), then exact
+        Eq. 12 scores; at most ``k`` hits, and at most 2 K' (as Pyserini's fusion)."""
         self.index.check_queries(encoded.dense, encoded.sparse, self.mode)
-        depth = max(k, self.candidates)
+        depth = self.candidates
         dense_ids = None
         if self.mode != "sparse":
             dense_scores, dense_ids = self.index.faiss_index.search(np.ascontiguousarray(encoded.dense), depth)
