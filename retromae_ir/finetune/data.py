@@ -8,7 +8,8 @@ Formats (bad input raises ``DataFormatError`` naming file and line, before any t
   ``rerank score`` write this format.
 - qrels: queries file + qrels file + corpus (BEIR ``qrels/train.tsv`` or MS MARCO ``qrels.train.tsv``):
   positives only.
-- MS MARCO text triples ``query<TAB>positive<TAB>negative``: grouped by query text, in file order.
+- MS MARCO text triples ``query<TAB>positive<TAB>negative`` (``.tsv``, ``.tsv.gz``): grouped by query text,
+  in file order.
 """
 from __future__ import annotations
 
@@ -149,7 +150,7 @@ def load_examples(data, need_scores: bool = False) -> list[TrainExample]:
     corpus = load_passages(data.corpus) if data.corpus else None
     if data.train is None:
         examples = read_qrels_examples(data.queries, data.qrels, corpus, data.min_relevance)
-    elif Path(data.train).suffix == ".tsv":
+    elif ".tsv" in Path(data.train).suffixes:
         examples = read_triples(data.train)
     else:
         examples = read_jsonl_examples(data.train, corpus)

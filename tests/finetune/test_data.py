@@ -126,3 +126,13 @@ def test_collator_layout(minilm_path):
     decoded = tokenizer.batch_decode(batch["passage_input_ids"], skip_special_tokens=True)
     assert decoded[0] == "pos a" and decoded[3] == "pos b"
     assert batch["teacher"][:, 0].tolist() == [2.0, 5.0]
+
+
+def test_load_examples_reads_gzipped_triples(tmp_path):
+    import gzip
+
+    path = tmp_path / "triples.train.small.tsv.gz"
+    with gzip.open(path, "wt") as handle:
+        handle.write("q1\tp1\tn1\nq1\tp1\tn2\n")
+    (example,) = load_examples(DataArguments(train=str(path), group_size=2))
+    assert (example.query, example.positives, example.negatives) == ("q1", ["p1"], ["n1", "n2"])
