@@ -99,10 +99,11 @@ class BiEncoder(torch.nn.Module):
         return outputs
 
     def scores(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Eq. 12 between every (gathered) query and every (gathered) passage: [Q, Q*G]."""
-        every = {key: gather_with_grad(value)[0] for key, value in outputs.items()}
+        """Eq. 12 between every (gathered) query and every (gathered) passage: [Q, Q*G], in fp32 (under bf16
+        autocast the representations come in bf16)."""
+        every = {key: gather_with_grad(value)[0].float() for key, value in outputs.items()}
         return score(every["query_dense"], every["passage_dense"], every.get("query_sparse"),
-                     every.get("passage_sparse")).float()
+                     every.get("passage_sparse"))
 
     def loss(self, outputs: dict[str, torch.Tensor], batch: dict) -> dict[str, torch.Tensor]:
         args = self.loss_args
