@@ -124,8 +124,11 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import HfArgumentParser
 
     setup_logging()
-    (args,) = HfArgumentParser([MiningArguments], description=__doc__.splitlines()[0]).parse_args_into_dataclasses(argv)
-    run(args)
+    try:
+        (args,) = HfArgumentParser([MiningArguments], description=__doc__).parse_args_into_dataclasses(argv)
+        run(args)
+    except ValueError as error:  # bad arguments or input (DataFormatError, CardError)
+        raise SystemExit(f"error: {error}") from error
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""``python -m retromae_ir.finetune --stage {1,2,distill} --encoder CARD (--train FILE | --queries Q --qrels R)
---corpus C --output DIR [...]``.
+"""Fine-tune a retriever (DupMAE Eq. 13-15): ``python -m retromae_ir.finetune --stage {1,2,distill}
+--encoder CARD (--train FILE | --queries Q --qrels R) --corpus C --output DIR [...]``.
 
 A thin CLI over ``FinetuneTrainer``: the flags are the fields of ``arguments.py``; inputs and the output directory
 are checked before the model loads. Under ``torchrun --nproc-per-node N`` it trains data-parallel with in-batch
@@ -45,7 +45,10 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
 
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    run(*parse(argv))
+    try:
+        run(*parse(argv))
+    except ValueError as error:  # bad arguments or input (DataFormatError, CardError, TrainerError)
+        raise SystemExit(f"error: {error}") from error
 
 
 if __name__ == "__main__":

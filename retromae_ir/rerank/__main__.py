@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None):
         raise SystemExit(f"usage: python -m retromae_ir.rerank {{{','.join(COMMANDS)}}} [options] (-h for help)\n\n"
                          + __doc__)
     setup_logging()
-    return {"train": train, "score": score}[argv[0]](argv[1:])
+    try:
+        return {"train": train, "score": score}[argv[0]](argv[1:])
+    except ValueError as error:  # bad arguments or input (DataFormatError, TrainerError)
+        raise SystemExit(f"error: {error}") from error
 
 
 if __name__ == "__main__":
