@@ -74,8 +74,10 @@ def command(*args: str, log_file: Path) -> None:
 
 
 class Chain:
-    def __init__(self, folder: Path, output: Path, config: Config, model: str | None, bf16: bool):
+    def __init__(self, folder: Path, output: Path, config: Config, model: str | None, bf16: bool,
+                 pretrained: Path | None = None):
         self.folder, self.output, self.config, self.model, self.bf16 = folder, output, config, model, bf16
+        self.pretrained = pretrained
         self.corpus = folder / "corpus.jsonl"
         self.train = ["--queries", str(folder / "queries.jsonl"), "--qrels", str(folder / "qrels" / "train.tsv")]
         self.results_path = output / "results.json"
@@ -101,12 +103,12 @@ class Chain:
 
     # ---- stages ------------------------------------------------------------------------------------------------
     def pretrain(self) -> Path:
-        c, out = self.config, self.output / "0-pretrain"
+        c, out = self.config, self.pretrained or self.output / "0-pretrain"
         model = ["--model", self.model] if self.model else []
         self.timed("0-pretrain", out / "config.json", lambda: command(
             "retromae_ir.pretrain", "--method", "dupmae", *model, "--corpus", str(self.corpus),
             "--max-length", str(c.pretrain_length), "--batch-size", str(c.pretrain_batch), "--lr", "1e-4",
-            *self.flags(out, c.pretrain_steps), log_file=self.log_file))
+            *self.flags(out, c.pretrain_steps), log_file=self.log_file))  # skipped for --pretrained
         card = self.output / "0-pretrain.yaml"
         card.write_text(yaml.safe_dump({"checkpoint": str(out.resolve()), "kind": "dupmae", "dims": self.hidden(out),
                                         "k": c.k, "query_k": c.query_k, "max_query_length": c.query_length,
@@ -214,21 +216,25 @@ def main(argv=None) -> None:
                         help="BEIR-layout folder with corpus.jsonl, queries.jsonl, qrels/train.tsv and qrels/test.tsv "
                              "(default: scifact through retromae_ir.data.beir, looking in ../shared/data/beir first)")
     parser.add_argument("--model", default=None, help="starting encoder (default: the packaged all-MiniLM-L6-v2)")
-    parser.add_argument("--output", type=Path, default=None, help="default: runs/chain-scifact-<config>")
+    parser.add_argument("--output", type=Path, default=None, help="default: outputs/chain-scifact-<config> (git-ignored: checkpoints and indexes are large)")
+    parser.add_argument("--pretrained", type=Path, default=None,
+                        help="an existing DupMAE pre-training output to start from (skips the pre-training stage)")
     parser.add_argument("--no-bf16", action="store_true", help="train and encode in fp32")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=INT",
                         help=f"override configuration fields ({', '.join(f.name for f in dataclasses.fields(Config))})")
     args = parser.parse_args(argv)
     config = dataclasses.replace(CONFIGS[args.config], **{k: int(v) for k, v in (s.split("=", 1) for s in args.set)})
+    if args.pretrained is not None and not (args.pretrained / "config.json").is_file():
+        raise SystemExit(f"--pretrained {args.pretrained}: no config.json, not a finished pre-training output")
     if args.folder is None:
         from retromae_ir.data.beir import resolve_beir
 
         args.folder = resolve_beir("scifact", SHARED_BEIR if SHARED_BEIR.is_dir() else None)
-    output = args.output or REPO / "runs" / f"chain-scifact-{args.config}"
+    output = args.output or REPO / "outputs" / f"chain-scifact-{args.config}"
     output.mkdir(parents=True, exist_ok=True)
     setup_logging(output / "chain.log")
     log.info("configuration %s: %s", args.config, config)
-    Chain(Path(args.folder), output, config, args.model, not args.no_bf16).run()
+    Chain(Path(args.folder), output, config, args.model, not args.no_bf16, args.pretrained).run()
 
 
 if __name__ == "__main__":
