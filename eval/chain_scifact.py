@@ -216,7 +216,8 @@ def main(argv=None) -> None:
                         help="BEIR-layout folder with corpus.jsonl, queries.jsonl, qrels/train.tsv and qrels/test.tsv "
                              "(default: scifact through retromae_ir.data.beir, looking in ../shared/data/beir first)")
     parser.add_argument("--model", default=None, help="starting encoder (default: the packaged all-MiniLM-L6-v2)")
-    parser.add_argument("--output", type=Path, default=None, help="default: outputs/chain-scifact-<config> (git-ignored: checkpoints and indexes are large)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="default: outputs/chain-scifact-<config> (git-ignored: checkpoints and indexes are large)")
     parser.add_argument("--pretrained", type=Path, default=None,
                         help="an existing DupMAE pre-training output to start from (skips the pre-training stage)")
     parser.add_argument("--no-bf16", action="store_true", help="train and encode in fp32")

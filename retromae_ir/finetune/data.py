@@ -158,13 +158,15 @@ def load_examples(data, need_scores: bool = False) -> list[TrainExample]:
     if data.group_size > 1:
         bare = sum(not e.negatives for e in examples)
         if bare:
-            raise DataFormatError(f"{source}: {bare} of {len(examples)} queries have no negatives but --group-size is "
-                                  f"{data.group_size}: mine negatives (python -m retromae_ir.mine) or use --group-size 1")
+            raise DataFormatError(f"{source}: {bare} of {len(examples)} queries have no negatives but --group-size "
+                                  f"is {data.group_size}: mine negatives (python -m retromae_ir.mine) or use "
+                                  "--group-size 1")
     if need_scores:
         unscored = sum(not e.scored for e in examples)
         if unscored:
             raise DataFormatError(f"{source}: {unscored} of {len(examples)} queries lack teacher scores "
-                                  "(positive_scores / negative_scores): score them with python -m retromae_ir.rerank score")
+                                  "(positive_scores / negative_scores): score them with "
+                                  "python -m retromae_ir.rerank score")
     logger.info("%s: %d training queries, %.1f positives and %.1f negatives per query", source, len(examples),
                 sum(len(e.positives) for e in examples) / len(examples),
                 sum(len(e.negatives) for e in examples) / len(examples))
