@@ -89,9 +89,13 @@ class CorpusStats:
             raise CorpusStatsError(f"cannot read corpus statistics {path}: {error}") from error
         if not isinstance(body, dict) or body.get("format") != STATS_FORMAT:
             raise CorpusStatsError(f"{path} is not a corpus statistics file (python -m retromae_ir.pretrain.corpus_stats)")
-        words = body["words"]
-        return cls(body["tokenizer"], body["vocab_size"], body["num_docs"], body["num_words"],
-                   Counter({w: c for w, (c, _) in words.items()}), Counter({w: d for w, (_, d) in words.items()}))
+        try:
+            words = body["words"]
+            return cls(str(body["tokenizer"]), int(body["vocab_size"]), int(body["num_docs"]), int(body["num_words"]),
+                       Counter({w: int(c) for w, (c, _) in words.items()}),
+                       Counter({w: int(d) for w, (_, d) in words.items()}))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise CorpusStatsError(f"{path}: malformed corpus statistics ({error!r})") from error
 
 
 def count_corpus(texts: Iterable[str], tokenizer, name: str, batch_size: int = 256) -> CorpusStats:

@@ -67,6 +67,10 @@ def test_bad_stats_file_is_a_clear_error(tmp_path):
         CorpusStats.load(bad)
     with pytest.raises(CorpusStatsError, match="cannot read"):
         CorpusStats.load(tmp_path / "missing.json")
+    bad.write_text('{"format": "retromae_ir.corpus_stats", "tokenizer": "t", "vocab_size": 5, "num_docs": 1, '
+                   '"num_words": 1, "words": {"cell": [1]}}')
+    with pytest.raises(CorpusStatsError, match="malformed"):
+        CorpusStats.load(bad)
 
 
 def test_tfidf_and_icf_weights():
