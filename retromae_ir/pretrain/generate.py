@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Protocol, Sequence
 import torch
 from tqdm import tqdm
 
-from retromae_ir.data.readers import Document, iter_beir_corpus
+from retromae_ir.pretrain.data import iter_documents
 
 LOG = logging.getLogger(__name__)
 DEFAULT_DOC2QUERY = "castorini/doc2query-t5-base-msmarco"
@@ -142,14 +142,25 @@ def batch_seed(seed: int, first_id: str) -> int:
     return zlib.crc32(f"{seed}\t{first_id}".encode())
 
 
-def pending_batches(docs: Iterable[Document], done: set[str], batch_size: int) -> Iterator[list[Document]]:
-    """Documents not yet generated, in corpus order and in batches (the reader rejects repeated ids)."""
-    stream = (doc for doc in docs if doc.docid not in done)
+def pending_batches(docs: Iterable[tuple[str, str]], done: set[str], batch_size: int
+                    ) -> Iterator[list[tuple[str, str]]]:
+    """``(docid, text)`` pairs not yet generated, in corpus order and in batches; a repeated id is an error."""
+    seen: set[str] = set()
+
+    def todo():
+        for docid, text in docs:
+            if docid in seen:
+                raise ValueError(f"document id {docid!r} occurs twice in the corpus")
+            seen.add(docid)
+            if docid not in done:
+                yield docid, text
+
+    stream = todo()
     while batch := list(islice(stream, batch_size)):
         yield batch
 
 
-def generate_side_texts(docs: Iterable[Document], output: str | os.PathLike,
+def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLike,
                         generators: Sequence[SideTextGenerator], batch_size: int = 16, seed: int = 42,
                         total: int | None = None) -> int:
     """Generate the records missing from ``output`` and publish it once complete; returns how many were written."""
@@ -169,9 +180,9 @@ def generate_side_texts(docs: Iterable[Document], output: str | os.PathLike,
     with open(partial, "a", encoding="utf-8") as sink, tqdm(total=total, initial=len(done), unit="doc",
                                                               desc="generate") as bar:
         for batch in pending_batches(docs, done, batch_size):
-            torch.manual_seed(batch_seed(seed, batch[0].docid))
-            records = [{"id": doc.docid} for doc in batch]
-            passages = [doc.contents for doc in batch]
+            torch.manual_seed(batch_seed(seed, batch[0][0]))
+            records = [{"id": docid} for docid, _ in batch]
+            passages = [text for _, text in batch]
             for generator in generators:
                 for record, value in zip(records, generator(passages)):
                     record[generator.key] = value
@@ -192,7 +203,8 @@ def count_lines(path: Path) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m retromae_ir.pretrain.generate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", required=True, type=Path, help="BEIR corpus.jsonl (_id, title, text)")
+    p.add_argument("--corpus", required=True, type=Path,
+                   help="the pre-training corpus (BEIR corpus.jsonl, {text} JSONL or plain text): same doc ids")
     p.add_argument("--output", required=True, type=Path, help="JSONL of {id, queries, continuation}")
     p.add_argument("--doc2query-model", default=DEFAULT_DOC2QUERY, help="seq2seq model name or path; 'none' skips DOR")
     p.add_argument("--gpt2-model", default=DEFAULT_GPT2, help="causal LM name or path; 'none' skips GOR")
@@ -233,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         generators.append(load_continuation_generator(
             args.gpt2_model, args.device, top_k=args.gpt2_top_k, max_prompt_length=args.max_prompt_length,
             max_new_tokens=args.max_new_tokens))
-    generate_side_texts(iter_beir_corpus(args.corpus), args.output, generators, args.batch_size, args.seed,
+    generate_side_texts(iter_documents(args.corpus), args.output, generators, args.batch_size, args.seed,
                         total=count_lines(args.corpus))
     return 0
 

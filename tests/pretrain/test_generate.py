@@ -12,12 +12,11 @@ import json
 import pytest
 import torch
 
-from retromae_ir.data.readers import Document
 from retromae_ir.pretrain import generate as gen
 
 PASSAGES = [f"passage {i} about {w} and the {w} of cells in tissue" for i, w in
             enumerate(["proteins", "genes", "neurons", "viruses", "bacteria", "enzymes", "lipids"])]
-DOCS = [Document(f"d{i}", "", text) for i, text in enumerate(PASSAGES)]
+DOCS = [(f"d{i}", text) for i, text in enumerate(PASSAGES)]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -67,7 +66,7 @@ def test_records_hold_queries_and_continuation(tmp_path, query_generator, contin
     out = tmp_path / "side.jsonl"
     n = gen.generate_side_texts(DOCS, out, [query_generator, continuation_generator], batch_size=3)
     records = read_jsonl(out)
-    assert n == 7 and [r["id"] for r in records] == [d.docid for d in DOCS]
+    assert n == 7 and [r["id"] for r in records] == [docid for docid, _ in DOCS]
     assert all(set(r) == {"id", "queries", "continuation"} for r in records)
     assert all(len(r["queries"]) == 3 and all(isinstance(q, str) for q in r["queries"]) for r in records)
     assert all(isinstance(r["continuation"], str) for r in records)
@@ -119,7 +118,7 @@ def test_cli_loads_models_by_path(tmp_path, query_generator, continuation_genera
         generator.model.save_pretrained(tmp_path / name)
         generator.tokenizer.save_pretrained(tmp_path / name)
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": d.docid, "title": "", "text": d.text}) + "\n" for d in DOCS[:3]))
+    corpus.write_text("".join(json.dumps({"_id": docid, "title": "", "text": text}) + "\n" for docid, text in DOCS[:3]))
     out = tmp_path / "side.jsonl"
     argv = ["--corpus", str(corpus), "--output", str(out), "--doc2query-model", str(tmp_path / "t5"),
             "--gpt2-model", str(tmp_path / "gpt2"), "--num-queries", "2", "--max-query-length", "5",
@@ -130,3 +129,9 @@ def test_cli_loads_models_by_path(tmp_path, query_generator, continuation_genera
     assert "wrote 3 new records" in (tmp_path / "side.jsonl.log").read_text()
     with pytest.raises(SystemExit, match="no generator selected"):
         gen.main(argv[:4] + ["--gpt2-model", "none", "--doc2query-model", "none"])
+
+
+def test_repeated_corpus_id_is_an_error(tmp_path, continuation_generator):
+    with pytest.raises(ValueError, match="occurs twice"):
+        gen.generate_side_texts(DOCS[:2] + DOCS[:1], tmp_path / "side.jsonl", [continuation_generator])
+    assert not (tmp_path / "side.jsonl").exists()
