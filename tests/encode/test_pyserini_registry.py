@@ -46,6 +46,7 @@ def _dense_card(tiny_card):
     return path
 
 
+@pytest.mark.slow
 def test_pyserini_encode_cli_runs_our_sparse_document_encoder(tiny_card, tmp_path):
     """``python -m pyserini.encode ... --encoder retromae_ir-sparse:CARD`` in a fresh process writes our impacts."""
     texts = ["the cat sat on the mat", "proteins fold in yeast", "chess openings"]
