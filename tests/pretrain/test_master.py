@@ -199,7 +199,7 @@ def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file):
     corpus.write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in TEXTS.items()))
     out = tmp_path / "run"
     main(["--method", "master", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(out),
-          "--max-length", "16", "--batch-size", "4", "--max-steps", "2", "--logging-steps", "1",
+          "--max-length", "16", "--batch-size", "4", "--max-steps", "2", "--logging-steps", "10",
           "--master-corpus-stats", str(stats_file), "--master-side-texts", str(side_file), "--master-tasks",
           "mkp,cmp,npr,dor,gor"])
     meta = json.loads((out / "retromae_ir.json").read_text())
@@ -217,3 +217,38 @@ def test_malformed_side_texts_name_the_line(tmp_path, line):
     path.write_text('{"id": "ok", "queries": ["q"]}\n\n' + line + "\n")
     with pytest.raises(DataFormatError, match=r"side.jsonl:3: expected"):
         load_side_texts(path, "[SEP]")
+
+
+def test_master_resumes_exactly(tmp_path, tiny_bert_dir, stats_file, side_file, monkeypatch):
+    from retromae_ir.pretrain.arguments import TrainingArguments
+    from retromae_ir.pretrain.data import load_segments
+    from retromae_ir.pretrain.trainer import Trainer
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in TEXTS.items()))
+
+    def trainer(output, resume=False):
+        model = build(tiny_bert_dir, master_corpus_stats=str(stats_file), master_side_texts=str(side_file))
+        args = TrainingArguments(output=str(output), max_steps=4, batch_size=2, lr=1e-3, save_steps=2, logging_steps=100,
+                                 seed=5, device="cpu", resume=resume)
+        return Trainer(model, model.make_examples(load_segments(corpus, model.tokenizer, 16)), args, {})
+
+    monkeypatch.setattr("retromae_ir.pretrain.trainer.plot_loss_curves", lambda *a, **k: None)  # ~6 s a plot here
+    straight = trainer(tmp_path / "a")
+    straight.train()
+    interrupted = trainer(tmp_path / "b")
+    step = interrupted.train_step
+
+    def crash_at_step_three():
+        if interrupted.step == 3:
+            raise KeyboardInterrupt
+        return step()
+
+    monkeypatch.setattr(interrupted, "train_step", crash_at_step_three)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.train()
+    resumed = trainer(tmp_path / "b", resume=True)
+    resumed.train()
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "a/loss.csv").read_text() == (tmp_path / "b/loss.csv").read_text()
