@@ -21,9 +21,12 @@ LOG = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m retromae_ir.pretrain.corpus_stats", description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", required=True, type=Path, help="the pre-training corpus: BEIR corpus.jsonl, {text} JSONL or plain text")
-    p.add_argument("--model", default=None, help="tokenizer: hub name or directory (default: packaged all-MiniLM-L6-v2)")
+    p = argparse.ArgumentParser(prog="python -m retromae_ir.pretrain.corpus_stats",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", required=True, type=Path,
+                   help="the pre-training corpus: BEIR corpus.jsonl, {text} JSONL or plain text")
+    p.add_argument("--model", default=None,
+                   help="tokenizer: hub name or directory (default: packaged all-MiniLM-L6-v2)")
     p.add_argument("--output", required=True, type=Path, help="statistics JSON to write")
     p.add_argument("--batch-size", type=int, default=256, help="texts tokenised at once")
     return p

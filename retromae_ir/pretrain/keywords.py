@@ -88,7 +88,8 @@ class CorpusStats:
         except (OSError, ValueError) as error:
             raise CorpusStatsError(f"cannot read corpus statistics {path}: {error}") from error
         if not isinstance(body, dict) or body.get("format") != STATS_FORMAT:
-            raise CorpusStatsError(f"{path} is not a corpus statistics file (python -m retromae_ir.pretrain.corpus_stats)")
+            raise CorpusStatsError(f"{path} is not a corpus statistics file "
+                                   "(python -m retromae_ir.pretrain.corpus_stats)")
         try:
             words = body["words"]
             return cls(str(body["tokenizer"]), int(body["vocab_size"]), int(body["num_docs"]), int(body["num_words"]),

@@ -129,7 +129,8 @@ def split_halves(ids: Sequence[int], continuation: torch.Tensor) -> tuple[tuple[
     return tuple(ids[:cut]), tuple(ids[cut:])
 
 
-def masked_inputs(input_ids: torch.Tensor, selected: torch.Tensor, mask_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_inputs(input_ids: torch.Tensor, selected: torch.Tensor,
+                  mask_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoder input (selected tokens -> [MASK]) and labels (original ids at selected tokens, -100 elsewhere)."""
     inputs = torch.where(selected, torch.full_like(input_ids, mask_token_id), input_ids)
     return inputs, torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
@@ -180,7 +181,8 @@ class MasterCollator:
 
     def npr(self, examples, batch, generator):
         input_ids, attention_mask = pad_batch([e.npr_target or () for e in examples], self.tokenizer)
-        out = self.decoder_text("npr", input_ids, attention_mask, self.keywords(input_ids, self.decoder_ratio, generator))
+        selected = self.keywords(input_ids, self.decoder_ratio, generator)
+        out = self.decoder_text("npr", input_ids, attention_mask, selected)
         if self.npr_halves:  # the first halves get their own encoder pass
             input_ids, attention_mask = pad_batch([e.npr_source or () for e in examples], self.tokenizer)
             selected = sample_whole_words(self.tables.words(input_ids), self.encoder_ratio, generator)
@@ -264,8 +266,9 @@ class MASTER(PretrainModel):
 
     def _keyword_masker(self, args: MasterArguments) -> KeywordMasker:
         if args.master_corpus_stats is None:
-            raise MasterSetupError("MKP and NPR need corpus statistics: run python -m retromae_ir.pretrain.corpus_stats "
-                                   "--corpus CORPUS --model MODEL --output STATS, then pass --master_corpus_stats STATS")
+            raise MasterSetupError("MKP and NPR need corpus statistics: run python -m "
+                                   "retromae_ir.pretrain.corpus_stats --corpus CORPUS --model MODEL --output STATS, "
+                                   "then pass --master_corpus_stats STATS")
         weighting = KeywordWeighting(CorpusStats.load(args.master_corpus_stats), args.master_keyword_weighting)
         return KeywordMasker(self.tables, weighting)
 

@@ -108,7 +108,8 @@ def expected_rare(rare: int, common: int, picks: int) -> float:
 
 
 def test_keyword_masking_prefers_rare_words(tokenizer):
-    stats = CorpusStats("minilm", len(tokenizer), 100, 1000, Counter({**{w: 1 for w in RARE}, **{w: 4 for w in COMMON}}))
+    cf = Counter({**{w: 1 for w in RARE}, **{w: 4 for w in COMMON}})
+    stats = CorpusStats("minilm", len(tokenizer), 100, 1000, cf)
     counts = masked_counts(tokenizer, stats)
     rare, common = sum(counts[w] for w in RARE), sum(counts[w] for w in COMMON)
     assert (rare, common) == (5860, 2140)  # seed 0

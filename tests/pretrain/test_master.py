@@ -47,7 +47,8 @@ def stats_file(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def side_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("side") / "side.jsonl"
-    rows = [{"id": "a", "queries": ["what is white matter", "newborn brain imaging"], "continuation": "The results show growth."},
+    rows = [{"id": "a", "queries": ["what is white matter", "newborn brain imaging"],
+             "continuation": "The results show growth."},
             {"id": "b", "queries": ["cortical growth"], "continuation": "Further studies follow."},
             {"id": "c", "queries": ["apparent diffusion coefficient"]}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -95,7 +96,8 @@ def test_cmp_masks_are_disjoint_and_cover_the_text(tiny_bert_dir, tokenizer, seg
     model = build(tiny_bert_dir, master_tasks="cmp")
     for seed in range(5):
         batch = collate(model, segments, seed)
-        ordinary = batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
+        specials = torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
+        ordinary = batch["attention_mask"].bool() & ~specials
         encoder_masked = batch["cmp_encoder_labels"] != IGNORE_INDEX
         decoder_masked = batch["cmp_labels"] != IGNORE_INDEX
         assert not (encoder_masked & decoder_masked).any()
@@ -229,8 +231,8 @@ def test_master_resumes_exactly(tmp_path, tiny_bert_dir, stats_file, side_file, 
 
     def trainer(output, resume=False):
         model = build(tiny_bert_dir, master_corpus_stats=str(stats_file), master_side_texts=str(side_file))
-        args = TrainingArguments(output=str(output), max_steps=4, batch_size=2, lr=1e-3, save_steps=2, logging_steps=100,
-                                 seed=5, device="cpu", resume=resume)
+        args = TrainingArguments(output=str(output), max_steps=4, batch_size=2, lr=1e-3, save_steps=2,
+                                 logging_steps=100, seed=5, device="cpu", resume=resume)
         return Trainer(model, model.make_examples(load_segments(corpus, model.tokenizer, 16)), args, {})
 
     monkeypatch.setattr("retromae_ir.pretrain.trainer.plot_loss_curves", lambda *a, **k: None)  # ~6 s a plot here
