@@ -7,6 +7,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Tests run tiny models: one intra-op thread avoids thread start-up and oversubscription costs that dominate them.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 SHARED_DATA = Path(os.environ.get("RETROMAE_IR_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
