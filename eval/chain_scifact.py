@@ -199,9 +199,12 @@ class Chain:
         stages = [name for name, values in self.results.items() if "ndcg@10" in values]
         fig, axis = plt.subplots(figsize=(6, 3.5))
         for metric in ("ndcg@10", "recall@100"):
-            axis.plot(stages, [self.results[s][metric] for s in stages], marker="o", label=metric)
+            axis.plot(range(len(stages)), [self.results[s][metric] for s in stages], marker="o", label=metric)
         for (name, value), style in zip(REFERENCES.items(), (":", "--")):
             axis.axhline(value, color="grey", linestyle=style, lw=1, label=f"{name} nDCG@10")
+        walls = [f"{self.results[s]['wall_s']:.0f} s train" if "wall_s" in self.results[s] else "reused"
+                 for s in stages]
+        axis.set_xticks(range(len(stages)), [f"{s}\n{wall}" for s, wall in zip(stages, walls)], fontsize=7)
         axis.set_ylabel("scifact test")
         axis.legend(fontsize=7)
         fig.tight_layout()
