@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -22,7 +22,7 @@ from retromae_ir.pretrain.collate import Segment
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 TOKENIZE_CHUNK = 512
 
 
@@ -67,41 +67,69 @@ def _iter_text_jsonl(path: Path) -> Iterator[tuple[str, str]]:
         yield str(record.get("id", record.get("_id", number))), record["text"]
 
 
+class SegmentTable(Sequence[Segment]):
+    """All segments of a corpus in flat arrays (int32 token ids + offsets), so a corpus of millions of
+    passages costs 4 bytes a token instead of a Python tuple per segment. Indexing yields ``Segment``s."""
+
+    def __init__(self, docids: np.ndarray, indexes: np.ndarray, lengths: np.ndarray, ids: np.ndarray):
+        self.docids, self.indexes, self.lengths, self.ids = docids, indexes, lengths, ids
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> Segment:
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return Segment(str(self.docids[i]), int(self.indexes[i]),
+                       tuple(self.ids[self.offsets[i]:self.offsets[i + 1]].tolist()))
+
+    @classmethod
+    def concatenate(cls, parts: list["SegmentTable"]) -> "SegmentTable":
+        return cls(*(np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros(0, dtype=dtype)
+                     for name, dtype in (("docids", str), ("indexes", np.int64), ("lengths", np.int64),
+                                         ("ids", np.int32))))
+
+
 def split_segments(docid: str, ids: list[int], body_length: int) -> list[Segment]:
     """Consecutive, in-order segments of at most ``body_length`` tokens (no special tokens)."""
     return [Segment(docid, index, tuple(ids[start:start + body_length]))
             for index, start in enumerate(range(0, len(ids), body_length))]
 
 
-def tokenize_corpus(path: str | Path, tokenizer, max_length: int) -> list[Segment]:
+def tokenize_corpus(path: str | Path, tokenizer, max_length: int) -> SegmentTable:
     """All segments of the corpus, tokenised in chunks; raises ``CorpusError`` if nothing remains."""
     if max_length < 3:
         raise CorpusError(f"max length {max_length} leaves no room for text between [CLS] and [SEP]")
-    segments: list[Segment] = []
+    parts: list[SegmentTable] = []
     chunk: list[tuple[str, str]] = []
     progress = tqdm(desc=f"tokenising {Path(path).name}", unit="doc")
     for doc in iter_documents(path):
         chunk.append(doc)
         if len(chunk) == TOKENIZE_CHUNK:
-            segments += _tokenize_chunk(chunk, tokenizer, max_length - 2)
+            parts.append(_tokenize_chunk(chunk, tokenizer, max_length - 2))
             progress.update(len(chunk))
             chunk = []
-    segments += _tokenize_chunk(chunk, tokenizer, max_length - 2)
+    parts.append(_tokenize_chunk(chunk, tokenizer, max_length - 2))
     progress.update(len(chunk))
     progress.close()
-    if not segments:
+    table = SegmentTable.concatenate(parts)
+    if not len(table):
         raise CorpusError(f"corpus {path} holds no text to pre-train on")
-    return segments
+    return table
 
 
-def _tokenize_chunk(docs: list[tuple[str, str]], tokenizer, body_length: int) -> list[Segment]:
-    if not docs:
-        return []
-    encoded = tokenizer([text for _, text in docs], add_special_tokens=False, verbose=False)["input_ids"]
-    return [segment for (docid, _), ids in zip(docs, encoded) for segment in split_segments(docid, ids, body_length)]
+def _tokenize_chunk(docs: list[tuple[str, str]], tokenizer, body_length: int) -> SegmentTable:
+    encoded = tokenizer([text for _, text in docs], add_special_tokens=False, verbose=False)["input_ids"] if docs else []
+    segments = [segment for (docid, _), ids in zip(docs, encoded) for segment in split_segments(docid, ids, body_length)]
+    return SegmentTable(np.array([s.docid for s in segments], dtype=str),
+                        np.array([s.index for s in segments], dtype=np.int64),
+                        np.array([len(s.input_ids) for s in segments], dtype=np.int64),
+                        np.fromiter((i for s in segments for i in s.input_ids), dtype=np.int32))
 
 
-def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Path | None = None) -> list[Segment]:
+def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Path | None = None) -> SegmentTable:
     """Segments from ``cache`` when it was built from this corpus, tokenizer and max length; else tokenise
     (and write the cache when one is named)."""
     key = _cache_key(path, tokenizer, max_length)
@@ -127,19 +155,14 @@ def _cache_key(path: str | Path, tokenizer, max_length: int) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def _write_cache(cache: Path, key: str, segments: list[Segment]) -> None:
-    lengths = np.array([len(s.input_ids) for s in segments], dtype=np.int64)
+def _write_cache(cache: Path, key: str, table: SegmentTable) -> None:
     with atomic_write(cache, "wb") as handle:
-        np.savez(handle, key=np.array(key), docids=np.array([s.docid for s in segments]),
-                 indexes=np.array([s.index for s in segments], dtype=np.int64), lengths=lengths,
-                 ids=np.fromiter((i for s in segments for i in s.input_ids), dtype=np.int32, count=int(lengths.sum())))
+        np.savez(handle, key=np.array(key), docids=table.docids, indexes=table.indexes, lengths=table.lengths,
+                 ids=table.ids)
 
 
-def _read_cache(cache: Path, key: str) -> list[Segment] | None:
+def _read_cache(cache: Path, key: str) -> SegmentTable | None:
     with np.load(cache) as data:
         if str(data["key"]) != key:
             return None
-        ids = data["ids"].tolist()
-        offsets = np.concatenate([[0], np.cumsum(data["lengths"])]).tolist()
-        return [Segment(str(docid), int(index), tuple(ids[offsets[i]:offsets[i + 1]]))
-                for i, (docid, index) in enumerate(zip(data["docids"].tolist(), data["indexes"].tolist()))]
+        return SegmentTable(data["docids"], data["indexes"], data["lengths"], data["ids"])

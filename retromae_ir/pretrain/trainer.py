@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import logging
 import math
 import os
@@ -72,12 +73,18 @@ class Schedule:
     def indices(self, micro: int, rank: int, seed: int) -> list[int]:
         """This rank's example indices for global micro-batch number ``micro``."""
         epoch, position = divmod(micro, self.micro_per_epoch)
-        order = torch.randperm(self.examples, generator=torch.Generator().manual_seed(seed + epoch))
+        order = _epoch_order(self.examples, seed + epoch)
         start = (position * self.world_size + rank) * self.batch_size
         return order[start:start + self.batch_size].tolist()
 
     def epoch(self, step: int) -> float:
         return step * self.grad_accum / self.micro_per_epoch
+
+
+@functools.lru_cache(maxsize=1)
+def _epoch_order(examples: int, seed: int) -> torch.Tensor:
+    """The shuffled example order of one epoch (cached: every micro-batch of the epoch reads it)."""
+    return torch.randperm(examples, generator=torch.Generator().manual_seed(seed))
 
 
 def resume_point(output: Path, resume: bool) -> Path | None:
