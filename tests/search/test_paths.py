@@ -87,3 +87,18 @@ def test_exact_hybrid_cli(handful, tmp_path, mode):
     summary = validate_trec_run(run)
     assert first(read_trec_run(run)) == expected
     assert summary is not None
+
+
+def test_brute_force_cli_matches_exact_cli(handful, tmp_path):
+    from retromae_ir.search.__main__ import main
+
+    card, index, _, topics, _ = handful
+    runs = {}
+    for extra in ([], ["--brute-force"]):
+        path = tmp_path / f"run{len(extra)}.txt"
+        main(["--index", str(index), "--encoder", str(card), "--topics", str(topics), "--output", str(path),
+              "--hits", "6", *extra])
+        runs[len(extra)] = read_trec_run(path)
+    for qid, hits in runs[0].items():
+        assert list(hits) == list(runs[1][qid])
+        assert np.allclose(list(hits.values()), list(runs[1][qid].values()), atol=1e-4)
