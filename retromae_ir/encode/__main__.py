@@ -84,7 +84,7 @@ def run_corpus(args) -> None:
         from retromae_ir.data.beir import resolve_beir
 
         path = resolve_beir(args.dataset, args.data_dir) / "corpus.jsonl"
-    shard_id, shard_num = _shard(args)
+    shard_id, shard_num = args.shard_id, args.shard_num
     docids, texts = read_corpus(path)
     model = _model(args)
     encode_shard(model, docids, texts, args.output, shard_id, shard_num, args.chunk_size, args.batch_size)
@@ -98,8 +98,12 @@ def run_corpus(args) -> None:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
+    log = args.command
+    if args.command == "corpus":
+        args.shard_id, args.shard_num = _shard(args)
+        log += f"-shard-{args.shard_id}-of-{args.shard_num}" if args.shard_num > 1 else ""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        handlers=[logging.StreamHandler(), logging.FileHandler(args.output / f"{args.command}.log")])
+                        handlers=[logging.StreamHandler(), logging.FileHandler(args.output / f"{log}.log")])
     if args.command == "corpus":
         run_corpus(args)
     elif args.command == "merge":
