@@ -16,8 +16,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, type=Path, help="output directory")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     parser.add_argument("--dtype", choices=DTYPES, default="auto",
-                        help="bf16 autocast or fp32; auto = bf16 on a GPU that has it, fp32 on CPU (CPUs without "
-                             "AVX-512 bf16 run bf16 slower; cosine to fp32 measured in docs/encoders.md)")
+                        help="bf16 autocast or fp32; auto = bf16 where the hardware runs it natively (a GPU that "
+                             "has it, a CPU with AVX512_BF16/AMX), else fp32 (AVX2-only CPUs emulate bf16 and run it "
+                             "slower; cosine to fp32 measured in docs/encoders.md)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from retromae_ir.encode.cards import CardError, EncoderCard, load_card
 from retromae_ir.encode.representation import dense_representation
+from retromae_ir.hardware import bf16_is_fast
 
 logger = logging.getLogger(__name__)
 PROJECTION_FILE = "projection.safetensors"
@@ -67,14 +68,14 @@ class EncoderModel(torch.nn.Module):
     @classmethod
     def from_card(cls, card: EncoderCard | str, device: str | None = None, bf16: bool | None = False) -> "EncoderModel":
         """The right subclass for the card's kind, loaded, in eval mode, on ``device``; ``bf16=None`` picks bf16
-        autocast on a GPU that supports it and fp32 otherwise."""
+        autocast where the hardware runs it natively (see :mod:`retromae_ir.hardware`) and fp32 otherwise."""
         from retromae_ir.encode import MODEL_CLASSES
 
         card = load_card(card)
         model = MODEL_CLASSES[card.kind].from_checkpoint(card)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = model.to(device).eval()
-        model.bf16 = bf16 if bf16 is not None else (model.device.type == "cuda" and torch.cuda.is_bf16_supported())
+        model.bf16 = bf16 if bf16 is not None else bf16_is_fast(model.device)
         return model
 
     @classmethod

@@ -1,0 +1,31 @@
+"""What the machine does fast: bf16 pays off on GPUs that support it and on CPUs with native bf16 dot products
+(AVX512_BF16 or AMX); elsewhere (AVX2-only CPUs) PyTorch emulates it and bf16 runs several times slower."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of /proc/cpuinfo (empty where there is no such file)."""
+    info = Path("/proc/cpuinfo")
+    if not info.is_file():
+        return frozenset()
+    for line in info.read_text(errors="replace").splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def bf16_is_fast(device: torch.device | str) -> bool:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return any(flag in cpu_flags() for flag in NATIVE_BF16_CPU_FLAGS)
+    return False
