@@ -27,6 +27,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import torch  # noqa: E402
+
+from retromae_ir.hardware import bf16_is_fast  # noqa: E402
 from retromae_ir.io import atomic_write  # noqa: E402
 from retromae_ir.logs import setup_logging  # noqa: E402
 
@@ -157,7 +160,7 @@ class Chain:
         topics = load_topics(self.folder / "queries.jsonl")
         start = time.time()
         retriever = EncoderRetriever(str(card), index_root=self.output / "indexes", hits=100,
-                                     bf16=True if self.bf16 else None)
+                                     bf16=self.bf16)
         run = retriever.retrieve(self.corpus, f"{self.folder.name}-{name}", {q: topics[q] for q in qrels})
         metrics = evaluate_run(run, qrels, ("ndcg@10", "recall@100"))
         self.record(name, **metrics, eval_wall_s=round(time.time() - start, 1))
@@ -223,7 +226,9 @@ def main(argv=None) -> None:
                         help="default: outputs/chain-scifact-<config> (git-ignored: checkpoints and indexes are large)")
     parser.add_argument("--pretrained", type=Path, default=None,
                         help="an existing DupMAE pre-training output to start from (skips the pre-training stage)")
-    parser.add_argument("--no-bf16", action="store_true", help="train and encode in fp32")
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                        help="bf16 autocast for training and encoding (default: where the hardware runs it natively, "
+                             "see retromae_ir/hardware.py; AVX2-only CPUs emulate bf16 and run it several times slower)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=INT",
                         help=f"override configuration fields ({', '.join(f.name for f in dataclasses.fields(Config))})")
     args = parser.parse_args(argv)
@@ -237,8 +242,9 @@ def main(argv=None) -> None:
     output = args.output or REPO / "outputs" / f"chain-scifact-{args.config}"
     output.mkdir(parents=True, exist_ok=True)
     setup_logging(output / "chain.log")
-    log.info("configuration %s: %s", args.config, config)
-    Chain(Path(args.folder), output, config, args.model, not args.no_bf16, args.pretrained).run()
+    bf16 = args.bf16 if args.bf16 is not None else bf16_is_fast("cuda" if torch.cuda.is_available() else "cpu")
+    log.info("configuration %s: %s; bf16 %s", args.config, config, bf16)
+    Chain(Path(args.folder), output, config, args.model, bf16, args.pretrained).run()
 
 
 if __name__ == "__main__":
