@@ -15,7 +15,7 @@ export RETROMAE_IR_DATA ?= $(SHARED_DATA)/beir
 export RETROMAE_IR_TOPICS ?= $(SHARED_DATA)/topics-and-qrels
 endif
 
-.PHONY: setup test bm25 clean-venv
+.PHONY: setup test bm25 chain clean-venv
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ test: setup
 
 bm25: setup
 	$(PY) eval/beir_all.py --retriever bm25 --datasets scifact
+
+# the DupMAE chain on scifact, quick configuration (CHAIN_ARGS="--config full" for the full one)
+chain: setup
+	$(PY) eval/chain_scifact.py $(CHAIN_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

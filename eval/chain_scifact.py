@@ -190,7 +190,9 @@ class Chain:
             else:
                 rows.append(f"| {name} | | | {values.get('wall_s', '')} | |")
         rows += [f"| {name} (reference) | {value:.4f} | | | |" for name, value in REFERENCES.items()]
-        (self.output / "results.md").write_text("\n".join(rows) + "\n")
+        with atomic_write(self.output / "results.md") as handle:
+            handle.write("\n".join(rows) + "\n")
+        print("\n".join(rows))
         self.plot()
 
     def plot(self) -> None:
