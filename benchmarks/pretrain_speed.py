@@ -89,12 +89,17 @@ def measure_one(method: str, model_dir: str, length: int, bf16: bool, steps: int
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    step()  # warm-up
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:  # the warm-up step also counts the step's FLOPs
+        step()
     start = time.perf_counter()
     for _ in range(steps):
         step()
     seconds = (time.perf_counter() - start) / steps
+    flops = counter.get_total_flops()
     return {"s_per_step": seconds, "seq_per_s": batch_size / seconds, "batch_size": batch_size,
+            "gflop_per_step": flops / 1e9, "achieved_gflops": flops / 1e9 / seconds,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
 
 
@@ -112,14 +117,17 @@ def markdown(report: dict) -> str:
     lines = [f"matmul ceiling ({report['threads']} threads): fp32 {ceiling['float32']['gflops']:.0f} GFLOP/s "
              f"(n={ceiling['float32']['n']}), bf16 {ceiling['bfloat16']['gflops']:.1f} GFLOP/s "
              f"(n={ceiling['bfloat16']['n']}); load average during the run {report['loadavg']}", "",
-             "| method | backbone | max length x batch | precision | seq/s | s/step | peak RSS GB | authors' code (fp32) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| method | backbone | max length x batch | precision | seq/s | s/step | GFLOP/s (% of fp32 ceiling) "
+             "| peak RSS GB | authors' code (fp32) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in report["rows"]:
         authors = AUTHORS.get((row["method"], row["length"])) if row["backbone"] == "minilm" else None
         if "skipped" in row:
-            measured = f"skipped: {row['skipped']} | | "
+            measured = f"skipped: {row['skipped']} | | | "
         else:
-            measured = f"{row['seq_per_s']:.2f} | {row['s_per_step']:.2f} | {row['peak_rss_gb']:.2f}"
+            share = 100 * row["achieved_gflops"] / ceiling["float32"]["gflops"]
+            measured = (f"{row['seq_per_s']:.2f} | {row['s_per_step']:.2f} | {row['achieved_gflops']:.1f} ({share:.0f}%) "
+                        f"| {row['peak_rss_gb']:.2f}")
         lines.append(f"| {row['method']} | {row['backbone']} | {row['length']} x {SHAPES[row['length']]} | "
                      f"{row['precision']} | {measured} | {authors if authors is not None else '-'} |")
     return "\n".join(lines)
