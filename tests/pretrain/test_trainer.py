@@ -27,7 +27,7 @@ def corpus(tmp_path_factory):
 
 
 def training(output, **overrides):
-    values = dict(output=str(output), max_steps=4, batch_size=4, grad_accum=2, lr=1e-3, save_steps=2,
+    values = dict(output=str(output), max_steps=3, batch_size=4, grad_accum=2, lr=1e-3, save_steps=2,
                   logging_steps=1, seed=3, device="cpu")
     return TrainingArguments(**{**values, **overrides})
 
@@ -50,12 +50,12 @@ def test_resume_gives_the_uninterrupted_result(tiny_bert_dir, corpus, tmp_path, 
     interrupted = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "b"))
     step = interrupted.train_step
 
-    def crash_at_step_three():
-        if interrupted.step == 3:
+    def crash_after_the_step_two_checkpoint():
+        if interrupted.step == 2:
             raise KeyboardInterrupt
         return step()
 
-    monkeypatch.setattr(interrupted, "train_step", crash_at_step_three)
+    monkeypatch.setattr(interrupted, "train_step", crash_after_the_step_two_checkpoint)
     with pytest.raises(KeyboardInterrupt):
         interrupted.train()
     assert (tmp_path / "b/checkpoints/step-2/trainer_state").is_dir()
@@ -63,11 +63,11 @@ def test_resume_gives_the_uninterrupted_result(tiny_bert_dir, corpus, tmp_path, 
 
     resumed = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "b", resume=True))
     resumed.train()
-    assert resumed.step == 4
+    assert resumed.step == 3
     a, b = straight.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert read_rows(tmp_path / "a/loss.csv") == read_rows(tmp_path / "b/loss.csv")
-    assert sorted(p.name for p in (tmp_path / "b/checkpoints").iterdir()) == ["step-2", "step-4"]
+    assert sorted(p.name for p in (tmp_path / "b/checkpoints").iterdir()) == ["step-2", "step-3"]
 
 
 def test_cli_writes_a_loadable_checkpoint_and_curves(tiny_bert_dir, corpus, tmp_path):
