@@ -1,0 +1,55 @@
+"""Pre-training corpus: the three formats, in-order segmentation of long documents, the tokenised cache."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from retromae_ir.data.readers import DataFormatError
+from retromae_ir.pretrain.data import CorpusError, iter_documents, load_segments
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_path):
+    return AutoTokenizer.from_pretrained(minilm_path)
+
+
+def test_three_formats(tmp_path):
+    (tmp_path / "beir.jsonl").write_text(json.dumps({"_id": "a", "title": "T", "text": "body"}) + "\n")
+    (tmp_path / "text.jsonl").write_text(json.dumps({"id": 7, "text": "one"}) + "\n" + json.dumps({"text": "two"}) + "\n")
+    (tmp_path / "plain.txt").write_text("first line\n\nsecond line\n")
+    assert list(iter_documents(tmp_path / "beir.jsonl")) == [("a", "T body")]
+    assert list(iter_documents(tmp_path / "text.jsonl")) == [("7", "one"), ("2", "two")]
+    assert list(iter_documents(tmp_path / "plain.txt")) == [("1", "first line"), ("3", "second line")]
+
+
+def test_jsonl_without_text_is_refused(tmp_path):
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(CorpusError, match="neither"):
+        list(iter_documents(tmp_path / "bad.jsonl"))
+    (tmp_path / "mixed.jsonl").write_text(json.dumps({"text": "x"}) + "\n" + json.dumps({"body": "y"}) + "\n")
+    with pytest.raises(DataFormatError, match="mixed.jsonl:2"):
+        list(iter_documents(tmp_path / "mixed.jsonl"))
+
+
+def test_long_documents_become_ordered_segments(tmp_path, tokenizer):
+    text = " ".join(f"word{i}" for i in range(40))
+    (tmp_path / "c.txt").write_text(text + "\nshort\n")
+    segments = load_segments(tmp_path / "c.txt", tokenizer, max_length=12)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    long_doc = [s for s in segments if s.docid == "1"]
+    assert [s.index for s in long_doc] == list(range(len(long_doc)))
+    assert all(len(s.input_ids) <= 10 for s in segments)
+    assert [i for s in long_doc for i in s.input_ids] == ids  # nothing lost, order kept
+    assert segments[-1].docid == "2" and segments[-1].index == 0
+
+
+def test_cache_round_trip_and_rebuild(tmp_path, tokenizer):
+    (tmp_path / "c.txt").write_text("alpha beta gamma delta\nepsilon zeta\n")
+    cache = tmp_path / "cache.npz"
+    first = list(load_segments(tmp_path / "c.txt", tokenizer, 16, cache))
+    assert cache.is_file()
+    assert list(load_segments(tmp_path / "c.txt", tokenizer, 16, cache)) == first
+    shorter = list(load_segments(tmp_path / "c.txt", tokenizer, 4, cache))  # other max length: rebuilt, not reused
+    assert len(shorter) > len(first) and list(load_segments(tmp_path / "c.txt", tokenizer, 4, cache)) == shorter
