@@ -19,15 +19,6 @@ PASSAGES = [f"passage {i} about {w} and the {w} of cells in tissue" for i, w in
 DOCS = [(f"d{i}", text) for i, text in enumerate(PASSAGES)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a shared, loaded machine stall on every small op."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def query_generator(minilm_path):
     from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration

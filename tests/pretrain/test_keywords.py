@@ -15,15 +15,6 @@ from retromae_ir.pretrain.keywords import (CorpusStats, CorpusStatsError, Keywor
 TEXTS = ["Microstructural cats and dogs.", "The cats sleep and the dogs bark."]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a shared, loaded machine stall on every small op."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer(minilm_path):
     from transformers import AutoTokenizer

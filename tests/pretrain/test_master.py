@@ -21,15 +21,6 @@ TEXTS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a shared, loaded machine stall on every small op."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer(tiny_bert_dir):
     from transformers import AutoTokenizer
