@@ -61,7 +61,22 @@ def backbone_dir(name: str, workdir: Path) -> str:
     return str(path)
 
 
-def measure_one(method: str, model_dir: str, length: int, bf16: bool, steps: int, threads: int, device: str) -> dict:
+def master_arguments(model_dir: str, segments, workdir: Path):
+    """MASTER with the tasks that need no generated texts (MKP, CMP, NPR); keyword statistics counted on the
+    benchmark's own segments (DOR/GOR decoders cost the same as MKP's: one more 2-layer decoder each)."""
+    from transformers import AutoTokenizer
+
+    from retromae_ir.pretrain.keywords import count_corpus
+    from retromae_ir.pretrain.master import MasterArguments
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    stats = workdir / f"master-stats-{len(segments)}x{len(segments[0].input_ids)}.json"
+    count_corpus(tokenizer.batch_decode([s.input_ids for s in segments]), tokenizer, model_dir).save(stats)
+    return MasterArguments(master_tasks="mkp,cmp,npr", master_corpus_stats=str(stats))
+
+
+def measure_one(method: str, model_dir: str, length: int, bf16: bool, steps: int, threads: int, device: str,
+                workdir: Path) -> dict:
     """Seconds per optimizer step and sequences/s of one configuration (run inside its own process)."""
     import torch
 
@@ -71,16 +86,19 @@ def measure_one(method: str, model_dir: str, length: int, bf16: bool, steps: int
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = get_method(method).from_pretrained(model_dir, MaskingArguments()).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch_size = SHAPES[length]
     generator = torch.Generator().manual_seed(0)
-    segments = [Segment(str(i), 0, tuple(torch.randint(1996, 29000, (length - 2,), generator=generator).tolist()))
+    # documents of two in-order segments, so MASTER's NPR has a neighbouring span for half of them
+    segments = [Segment(str(i // 2), i % 2, tuple(torch.randint(1996, 29000, (length - 2,), generator=generator).tolist()))
                 for i in range(batch_size)]
+    method_args = master_arguments(model_dir, segments, workdir) if method == "master" else None
+    model = get_method(method).from_pretrained(model_dir, MaskingArguments(), method_args).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    examples = model.make_examples(segments)
     collator = model.make_collator()
 
     def step() -> None:
-        batch = {k: v.to(device) for k, v in collator(segments, generator).items()}
+        batch = {k: v.to(device) for k, v in collator(examples, generator).items()}
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             losses = model(batch)
         losses["loss"].backward()
@@ -135,7 +153,7 @@ def markdown(report: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=["retromae", "dupmae"])
+    parser.add_argument("--methods", nargs="+", default=["retromae", "dupmae", "master"])
     parser.add_argument("--backbones", nargs="+", default=list(BACKBONES), choices=BACKBONES)
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 512], choices=sorted(SHAPES))
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
@@ -151,7 +169,7 @@ def main() -> None:
         method, backbone, length, precision = args.one
         model_dir = backbone_dir(backbone, args.workdir)
         print(json.dumps(measure_one(method, model_dir, int(length), precision == "bf16", args.steps, args.threads,
-                                     args.device)))
+                                     args.device, args.workdir)))
         return
     from retromae_ir.io import atomic_write
 
