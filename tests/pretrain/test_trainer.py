@@ -86,6 +86,20 @@ def test_cli_writes_a_loadable_checkpoint_and_curves(tiny_bert_dir, corpus, tmp_
     AutoTokenizer.from_pretrained(out)
 
 
+def test_bf16_run_is_loadable_by_pyserini(tiny_bert_dir, corpus, tmp_path):
+    """bf16 autocast trains (finite losses) and the output loads in Pyserini's AutoDocumentEncoder."""
+    from pyserini.encode import AutoDocumentEncoder
+
+    out = tmp_path / "bf16"
+    main(["--method", "dupmae", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(out),
+          "--max-length", "16", "--batch-size", "2", "--max-steps", "1", "--save-steps", "0", "--device", "cpu",
+          "--bf16"])
+    row = read_rows(out / "loss.csv")[0]
+    assert all(torch.isfinite(torch.tensor(float(row[k]))) for k in ("loss", "mlm", "dec", "bow"))
+    vectors = AutoDocumentEncoder(str(out), device="cpu", pooling="cls").encode(["a short document"], max_length=16)
+    assert vectors.shape == (1, 32)
+
+
 def test_two_process_ddp_step_under_torchrun(tiny_bert_dir, corpus, tmp_path):
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
