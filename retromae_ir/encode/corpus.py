@@ -70,7 +70,7 @@ def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard
         if path.is_file():
             continue
         chunk_end = min(chunk_start + chunk_size, end)
-        encoded = model.encode_passage(texts[chunk_start:chunk_end], batch_size)
+        encoded = model.encode_passage(texts[chunk_start:chunk_end], batch_size, progress=True)
         arrays = {"docids": np.array(docids[chunk_start:chunk_end], dtype=str), "dense": encoded.dense}
         if encoded.sparse is not None:
             arrays.update(data=encoded.sparse.data, indices=encoded.sparse.indices, indptr=encoded.sparse.indptr,
