@@ -26,19 +26,25 @@ class Condition:
     expected: dict[str, float]
     retriever: str | None = None  # "bm25"
     encoder: str | None = None    # an encoder card name or path
-    search: str = "hybrid"
+    search: str | None = None     # default: the card's (hybrid for DupMAE cards, dense otherwise)
     description: str = ""
     extra_args: tuple[str, ...] = field(default=())
 
     @property
     def label(self) -> str:
-        return self.retriever or f"{Path(self.encoder).stem}-{self.search}"
+        """The folder eval/beir_all.py writes this condition's results to."""
+        if self.retriever:
+            return self.retriever
+        from retromae_ir.encode.cards import load_card
+        from retromae_ir.search.retriever import retriever_name
+
+        return retriever_name(load_card(self.encoder), self.search)
 
     def command(self, runs_root: Path) -> list[str]:
         base = [sys.executable, str(REPO / "eval" / "beir_all.py"), "--datasets", self.dataset,
                 "--runs-dir", str(runs_root / self.name)]
         chooser = (["--retriever", self.retriever] if self.retriever
-                   else ["--encoder", self.encoder, "--search", self.search])
+                   else ["--encoder", self.encoder, *(["--search", self.search] if self.search else [])])
         return base + chooser + list(self.extra_args)
 
     def results_csv(self, runs_root: Path) -> Path:

@@ -18,6 +18,12 @@ def default_mode(card) -> str:
     return "hybrid" if card.sparse else "dense"
 
 
+def retriever_name(card, mode: str | None = None) -> str:
+    """The card's name, with ``-<mode>`` when the search mode is not the card's default (runs/<name>/...)."""
+    mode = mode or default_mode(card)
+    return card.name if mode == default_mode(card) else f"{card.name}-{mode}"
+
+
 class EncoderRetriever:
     """``retrieve(corpus, index_name, queries)`` over ``index_root/<card>/<index_name>``."""
 
@@ -27,7 +33,7 @@ class EncoderRetriever:
         self.mode = mode or default_mode(self.card)
         if self.mode != "dense" and not self.card.sparse:
             raise ValueError(f"card {self.card.name!r} is dense-only: --search {self.mode} needs a sparse side")
-        self.name = self.card.name if self.mode == default_mode(self.card) else f"{self.card.name}-{self.mode}"
+        self.name = retriever_name(self.card, self.mode)
         self.index_root = Path(index_root)
         self.hits, self.batch_size, self.threads, self.bf16 = hits, batch_size, threads, bf16
 
