@@ -56,7 +56,8 @@ def test_rerun_encodes_only_missing_chunks(dense_model, tmp_path, monkeypatch):
     chunks[1].unlink()
     calls = []
     original = dense_model.encode_passage
-    monkeypatch.setattr(dense_model, "encode_passage", lambda texts, *a: calls.append(len(texts)) or original(texts, *a))
+    monkeypatch.setattr(dense_model, "encode_passage",
+                        lambda texts, *a, **kw: calls.append(len(texts)) or original(texts, *a, **kw))
     encode_shard(dense_model, IDS, DOCS, tmp_path, chunk_size=4)
     assert calls == [4]
 
