@@ -18,14 +18,16 @@ from typing import Any, Callable, Sequence
 import torch
 
 from retromae_ir.finetune.gradcache import forward_backward
-from retromae_ir.pretrain.trainer import (STATE_DIR, Trainer, TrainerError, _mean_across_ranks, _read_csv,
-                                          micro_seeds)
+from retromae_ir.pretrain.trainer import (STATE_DIR, Trainer, TrainerError, mean_across_ranks, micro_seeds,
+                                          read_loss_csv)
 
 log = logging.getLogger(__name__)
 
 
 class FinetuneTrainer(Trainer):
     """``reload(checkpoint_dir)`` builds a model of the same kind from a saved checkpoint (for --resume)."""
+
+    job = "fine-tuning"
 
     def __init__(self, model: torch.nn.Module, examples: Sequence[Any], args, metadata: dict,
                  reload: Callable[[Path], torch.nn.Module]):
@@ -48,7 +50,7 @@ class FinetuneTrainer(Trainer):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
-        self.history = [row for row in _read_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
+        self.history = [row for row in read_loss_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
         log.info("resumed from %s at step %d", checkpoint, self.step)
 
     def train_step(self) -> dict[str, float]:
@@ -70,7 +72,7 @@ class FinetuneTrainer(Trainer):
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return _mean_across_ranks({k: float(v) for k, v in losses.items()}, self.world_size, self.device)
+        return mean_across_ranks({k: float(v) for k, v in losses.items()}, self.world_size, self.device)
 
     def save_checkpoint(self) -> Path:
         path = super().save_checkpoint()

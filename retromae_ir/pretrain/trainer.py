@@ -110,6 +110,8 @@ def micro_seeds(seed: int, micro: int, rank: int) -> tuple[int, int]:
 class Trainer:
     """Runs one pre-training job; see the module docstring for what it writes."""
 
+    job = "pre-training"  # the progress bar's and the loss curve's label (subclasses train other things)
+
     def __init__(self, model: PretrainModel, examples: Sequence[Any], args: TrainingArguments, metadata: dict):
         self.args = args
         self.output = Path(args.output)
@@ -150,7 +152,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
-        self.history = [row for row in _read_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
+        self.history = [row for row in read_loss_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
         log.info("resumed from %s at step %d", checkpoint, self.step)
 
     # ---- training ----------------------------------------------------------------------------------------------
@@ -164,7 +166,7 @@ class Trainer:
                  self.model.name, self.schedule.examples, self.schedule.max_steps,
                  self.schedule.epoch(self.schedule.max_steps), self.world_size, self.device, self.args.bf16)
         progress = tqdm(total=self.schedule.max_steps, initial=self.step, disable=not self.is_main, unit="step",
-                        desc=f"pre-training {self.model.name}")
+                        desc=f"{self.job} {self.model.name}")
         self.wrapped.train()
         while self.step < self.schedule.max_steps:
             lr = self.scheduler.get_last_lr()[0]
@@ -208,7 +210,7 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return _mean_across_ranks(totals, self.world_size, self.device)
+        return mean_across_ranks(totals, self.world_size, self.device)
 
     def _sync(self, last: bool):
         if self.world_size > 1 and not last:
@@ -245,7 +247,7 @@ class Trainer:
             writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
             writer.writeheader()
             writer.writerows(self.history)
-        plot_loss_curves(self.history, self.output / "loss.png", title=f"{self.model.name} pre-training")
+        plot_loss_curves(self.history, self.output / "loss.png", title=f"{self.model.name} {self.job}")
 
     def _setup_logging(self) -> None:
         if not self.is_main:
@@ -324,7 +326,7 @@ def _distributed_rank_world() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def _mean_across_ranks(values: dict[str, float], world_size: int, device: torch.device) -> dict[str, float]:
+def mean_across_ranks(values: dict[str, float], world_size: int, device: torch.device) -> dict[str, float]:
     if world_size == 1:
         return values
     tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
@@ -337,7 +339,7 @@ def _barrier(world_size: int) -> None:
         dist.barrier()
 
 
-def _read_csv(path: Path) -> list[dict]:
+def read_loss_csv(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     with open(path, newline="") as handle:
