@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gzip
-import hashlib
 import re
 import sys
 import tempfile
@@ -18,7 +17,7 @@ from pathlib import Path
 from retromae_ir import __version__
 from retromae_ir.data.readers import iter_lines, load_topics
 from retromae_ir.evaluate.runs import MAX_DEPTH, run_violations, write_trec_run
-from retromae_ir.io import atomic_write
+from retromae_ir.io import atomic_write, file_digest
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9]{1,12}$")
 
@@ -69,7 +68,7 @@ def write_submission(run: dict, tag: str, out_dir: Path, source: Path, topics_pa
         plain = write_trec_run(Path(tmp) / "run.txt", run, tag)
         with atomic_write(out_dir / f"{tag}.gz", "wb") as handle, open(plain, "rb") as text:
             handle.write(gzip.compress(text.read(), mtime=0))
-    digest = hashlib.sha256((out_dir / f"{tag}.gz").read_bytes()).hexdigest()
+    digest = file_digest(out_dir / f"{tag}.gz")
     lines = [f"tag: {tag}", f"source run: {source}", f"topics: {topics_path} ({len(run)} topics)",
              f"results: {sum(len(hits) for hits in run.values())} (at most {MAX_DEPTH} per topic)",
              f"sha256 of {tag}.gz: {digest}", f"prepared: {datetime.date.today().isoformat()} with retromae-ir "

@@ -2,14 +2,13 @@
 so an index is never searched with another card's queries or read half-written."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 from pathlib import Path
 
 from retromae_ir.encode.cards import EncoderCard
-from retromae_ir.io import atomic_write
+from retromae_ir.io import atomic_write, file_digest
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -19,18 +18,10 @@ class IndexMismatchError(ValueError):
     """The index (or encoded queries) and the card or the files on disk do not agree."""
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def checksums(root: Path, parts: list[str]) -> dict[str, str]:
     """sha256 of every file under ``root/part`` for each part, keyed by path relative to ``root``."""
     files = sorted(p for part in parts for p in (root / part).rglob("*") if p.is_file())
-    return {str(p.relative_to(root)): sha256(p) for p in files}
+    return {str(p.relative_to(root)): file_digest(p) for p in files}
 
 
 def versions() -> dict[str, str]:

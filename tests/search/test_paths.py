@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from retromae_ir.encode.manifest import read_manifest, sha256
+from retromae_ir.encode.manifest import read_manifest
 from retromae_ir.evaluate import read_trec_run, validate_trec_run
+from retromae_ir.io import file_digest
 
 pytestmark = pytest.mark.jvm
 
@@ -22,7 +23,7 @@ def test_index_layout_manifest_and_checksums(handful):
     manifest = read_manifest(index)
     assert manifest["documents"] == 6 and manifest["dims"] == 384 and manifest["k"] == 64 and manifest["scale"] == 100
     for rel, digest in manifest["files"].items():
-        assert sha256(index / rel) == digest
+        assert file_digest(index / rel) == digest
     assert (index / "dense" / "docid").read_text().split() == [f"d-{q[2:]}" for q in expected]
     for line in (index / "sparse" / "collection" / "docs.jsonl").read_text().splitlines():
         vector = json.loads(line)["vector"]
