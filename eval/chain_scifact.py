@@ -1,15 +1,16 @@
 """The whole DupMAE chain on BEIR scifact, on a CPU: pre-training -> stage 1 -> mining -> stage 2 -> cross-encoder
--> soft labels -> distillation, each checkpoint encoded, searched (exact hybrid, Eq. 12) and evaluated on the
-test split.
+-> soft labels -> distillation; every fine-tuned checkpoint encoded once and searched dense-only, sparse-only and
+hybrid (exact Eq. 12) on the test split; then the same chain without DupMAE pre-training (the ablation).
 
-    .venv/bin/python eval/chain_scifact.py                      # quick configuration (CPU minutes)
+    .venv/bin/python eval/chain_scifact.py                      # quick configuration (make chain)
     .venv/bin/python eval/chain_scifact.py --config full        # the full one
     .venv/bin/python eval/chain_scifact.py --folder DIR --model TINY_BERT --output OUT   # any BEIR-layout folder
 
 Every stage runs the project's own command (``python -m retromae_ir.{pretrain,mine,finetune,rerank}``) in a
 subprocess and is skipped when its output exists, so an interrupted chain continues where it stopped. Written
-under OUTPUT: one directory per stage, ``results.json`` (nDCG@10, R@100 and wall seconds per stage),
-``results.md`` (the table) and ``chain.png`` (the per-stage plot).
+under OUTPUT: one directory per stage, ``results.json`` (metrics per stage and mode, wall seconds per stage),
+the ablation under ``OUTPUT/no-pretrain``, and ``results.md`` / ``chain.png`` comparing both with BM25 and the
+off-the-shelf MiniLM (read from the evaluation suite's ``runs/bm25`` and ``runs/minilm-mean`` results).
 """
 from __future__ import annotations
 
@@ -35,7 +36,12 @@ from retromae_ir.logs import setup_logging  # noqa: E402
 
 log = logging.getLogger("chain")
 SHARED_BEIR = REPO.parent / "shared" / "data" / "beir"
-REFERENCES = {"BM25 flat (Pyserini)": 0.6789, "all-MiniLM-L6-v2 off the shelf (mean, cosine)": 0.6451}
+MODES = ("dense", "sparse", "hybrid")
+METRICS = ("ndcg@10", "recall@100")
+# measured by eval/beir_all.py (docs/data-and-evaluation.md): (label, results folder, the mode column it fills)
+BASELINES = (("BM25 flat (Pyserini)", "bm25", "sparse"),
+             ("all-MiniLM-L6-v2 off the shelf (mean pooling)", "minilm-mean", "dense"))
+ABLATION = "no-pretrain"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,14 +59,28 @@ class Config:
     max_rank: int
     ce_length: int
     ce_batch: int
+    lr: float = 2e-5  # fine-tuning stages
+    evaluate_pretrained: bool = True  # also encode and evaluate the pre-trained checkpoint before fine-tuning
+    ablation: bool = True  # also run the chain from the starting model without DupMAE pre-training
     k: int = 384
     query_k: int = 64
+
+    def replace(self, assignments: list[str]) -> "Config":
+        """``FIELD=VALUE`` overrides, each converted to the field's type."""
+        values = {}
+        for assignment in assignments:
+            key, _, value = assignment.partition("=")
+            if key not in {f.name for f in dataclasses.fields(self)}:
+                raise SystemExit(f"--set {assignment}: no configuration field {key!r}")
+            kind = type(getattr(self, key))
+            values[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+        return dataclasses.replace(self, **values)
 
 
 CONFIGS = {
     "quick": Config(pretrain_steps=40, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=128,
-                    steps=50, batch=16, group_stage1=2, group=4, negatives=7, max_rank=100, ce_length=160,
-                    ce_batch=8),
+                    steps=40, batch=16, group_stage1=2, group=4, negatives=3, max_rank=100, ce_length=128,
+                    ce_batch=8, lr=5e-5, evaluate_pretrained=False),
     "full": Config(pretrain_steps=1300, pretrain_batch=16, pretrain_length=256, query_length=64, passage_length=256,
                    steps=300, batch=32, group_stage1=2, group=8, negatives=15, max_rank=200, ce_length=256,
                    ce_batch=16),
@@ -77,15 +97,21 @@ def command(*args: str, log_file: Path) -> None:
 
 
 class Chain:
+    """The chain with DupMAE pre-training; results.json in ``output`` records metrics and wall time per stage."""
+
+    label = "DupMAE pre-training"
+
     def __init__(self, folder: Path, output: Path, config: Config, model: str | None, bf16: bool,
                  pretrained: Path | None = None):
         self.folder, self.output, self.config, self.model, self.bf16 = folder, output, config, model, bf16
         self.pretrained = pretrained
         self.corpus = folder / "corpus.jsonl"
         self.train = ["--queries", str(folder / "queries.jsonl"), "--qrels", str(folder / "qrels" / "train.tsv")]
+        output.mkdir(parents=True, exist_ok=True)
         self.results_path = output / "results.json"
         self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
         self.log_file = output / "commands.log"
+        self.index_root = output / "indexes"
 
     def timed(self, name: str, done: Path, run) -> Path:
         """Run a stage unless ``done`` exists; its wall time goes into results.json."""
@@ -104,53 +130,77 @@ class Chain:
         return ["--output", str(stage_dir), "--max-steps", str(steps), "--save-steps", "50", "--logging-steps", "5",
                 "--resume", *(["--bf16"] if self.bf16 else [])]
 
+    def write_card(self, name: str, checkpoint: Path | str) -> Path:
+        """A DupMAE card over ``checkpoint`` with the configuration's lengths and k."""
+        c, card = self.config, self.output / f"{name}.yaml"
+        card.write_text(yaml.safe_dump({"checkpoint": str(checkpoint), "kind": "dupmae",
+                                        "dims": self.hidden(checkpoint), "k": c.k, "query_k": c.query_k,
+                                        "max_query_length": c.query_length, "max_passage_length": c.passage_length}))
+        return card
+
+    @staticmethod
+    def hidden(checkpoint: Path | str) -> int:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(str(checkpoint)).hidden_size
+
     # ---- stages ------------------------------------------------------------------------------------------------
-    def pretrain(self) -> Path:
+    def start(self) -> Path:
+        """The card stage 1 starts from: the DupMAE pre-training output (skipped for --pretrained)."""
         c, out = self.config, self.pretrained or self.output / "0-pretrain"
         model = ["--model", self.model] if self.model else []
         self.timed("0-pretrain", out / "config.json", lambda: command(
             "retromae_ir.pretrain", "--method", "dupmae", *model, "--corpus", str(self.corpus),
             "--max-length", str(c.pretrain_length), "--batch-size", str(c.pretrain_batch), "--lr", "1e-4",
-            *self.flags(out, c.pretrain_steps), log_file=self.log_file))  # skipped for --pretrained
-        card = self.output / "0-pretrain.yaml"
-        card.write_text(yaml.safe_dump({"checkpoint": str(out.resolve()), "kind": "dupmae", "dims": self.hidden(out),
-                                        "k": c.k, "query_k": c.query_k, "max_query_length": c.query_length,
-                                        "max_passage_length": c.passage_length}))
+            *self.flags(out, c.pretrain_steps), log_file=self.log_file))
+        card = self.write_card("0-pretrain", out.resolve())
+        if self.config.evaluate_pretrained:
+            self.evaluate("0-pretrain", card)
         return card
 
-    @staticmethod
-    def hidden(checkpoint: Path) -> int:
-        return json.loads((checkpoint / "config.json").read_text())["hidden_size"]
+    def bm25_negatives(self) -> Path:
+        return self.mine("1-bm25-negatives", "bm25")
 
-    def mine(self, name: str, retriever: str) -> Path:
+    def index_name(self, stage: str) -> str:
+        return f"{self.folder.name}-{self.output.name}-{stage}"
+
+    def mine(self, name: str, retriever: str, index_name: str | None = None) -> Path:
+        """Negatives for the training queries; with a card, through the index its evaluation built."""
         c, out = self.config, self.output / f"{name}.jsonl"
         return self.timed(name, out, lambda: command(
             "retromae_ir.mine", "--retriever", retriever, "--corpus", str(self.corpus), *self.train,
             "--output", str(out), "--min-rank", "3", "--max-rank", str(c.max_rank), "--negatives", str(c.negatives),
-            "--index-root", str(self.output / "indexes"), log_file=self.log_file))
+            "--index-root", str(self.index_root), *(["--index-name", index_name] if index_name else []),
+            log_file=self.log_file))
 
-    def finetune(self, name: str, stage: str, card: Path, train: Path, group: int, extra=()) -> Path:
+    def finetune(self, name: str, stage: str, card: Path, train: Path, group: int) -> Path:
         out = self.output / name
         self.timed(name, out / "card.yaml", lambda: command(
             "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), "--train", str(train),
             "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(self.config.batch),
-            *extra, *self.flags(out, self.config.steps), log_file=self.log_file))
+            "--lr", str(self.config.lr), *self.flags(out, self.config.steps), log_file=self.log_file))
         return out / "card.yaml"
 
     def cross_encoder(self, negatives: Path) -> Path:
-        c, out, scored = self.config, self.output / "4-cross-encoder", self.output / "5-soft-labels.jsonl"
+        """Train the teacher on the stage-2 negatives."""
+        c, out = self.config, self.output / "4-cross-encoder"
         model = ["--model", self.model] if self.model else []
         self.timed("4-cross-encoder", out / "config.json", lambda: command(
             "retromae_ir.rerank", "train", *model, "--train", str(negatives), "--corpus", str(self.corpus),
             "--group-size", str(c.group), "--batch-size", str(c.ce_batch), "--max-length", str(c.ce_length),
             "--lr", "3e-5", *self.flags(out, c.steps), log_file=self.log_file))
+        return out
+
+    def soft_labels(self, teacher: Path, negatives: Path) -> Path:
+        scored = self.output / "5-soft-labels.jsonl"
         return self.timed("5-soft-labels", scored, lambda: command(
-            "retromae_ir.rerank", "score", "--model", str(out), "--input", str(negatives), "--corpus", str(self.corpus),
-            "--output", str(scored), "--max-length", str(c.ce_length), log_file=self.log_file))
+            "retromae_ir.rerank", "score", "--model", str(teacher), "--input", str(negatives),
+            "--corpus", str(self.corpus), "--output", str(scored), "--max-length", str(self.config.ce_length),
+            log_file=self.log_file))
 
     def evaluate(self, name: str, card: Path) -> None:
-        """Encode the corpus with ``card``, search the test queries (exact hybrid), nDCG@10 and R@100."""
-        if "ndcg@10" in self.results.get(name, {}):
+        """Encode the corpus with ``card`` once, then search the test queries in every mode: nDCG@10 and R@100."""
+        if all(mode in self.results.get(name, {}) for mode in MODES):
             return
         from retromae_ir.data.readers import load_qrels, load_topics
         from retromae_ir.evaluate import evaluate_run
@@ -158,63 +208,143 @@ class Chain:
 
         qrels = load_qrels(self.folder / "qrels" / "test.tsv")
         topics = load_topics(self.folder / "queries.jsonl")
+        queries = {q: topics[q] for q in qrels}
         start = time.time()
-        retriever = EncoderRetriever(str(card), index_root=self.output / "indexes", hits=100,
-                                     bf16=self.bf16)
-        run = retriever.retrieve(self.corpus, f"{self.folder.name}-{name}", {q: topics[q] for q in qrels})
-        metrics = evaluate_run(run, qrels, ("ndcg@10", "recall@100"))
-        self.record(name, **metrics, eval_wall_s=round(time.time() - start, 1))
-        log.info("%s: %s", name, metrics)
+        for mode in MODES:
+            retriever = EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=100, bf16=self.bf16)
+            run = retriever.retrieve(self.corpus, self.index_name(name), queries)
+            self.record(name, **{mode: evaluate_run(run, qrels, METRICS)})
+            log.info("%s %s: %s", name, mode, self.results[name][mode])
+        self.record(name, eval_wall_s=round(time.time() - start, 1))
 
     def run(self) -> None:
-        pretrained = self.pretrain()
-        self.evaluate("0-pretrain", pretrained)
-        bm25 = self.mine("1-bm25-negatives", "bm25")
-        stage1 = self.finetune("1-stage1", "1", pretrained, bm25, self.config.group_stage1)
+        start = self.start()
+        stage1 = self.finetune("1-stage1", "1", start, self.bm25_negatives(), self.config.group_stage1)
         self.evaluate("1-stage1", stage1)
-        mined = self.mine("2-mined-negatives", str(stage1))
+        mined = self.mine("2-mined-negatives", str(stage1), self.index_name("1-stage1"))
         stage2 = self.finetune("2-stage2", "2", stage1, mined, self.config.group)
         self.evaluate("2-stage2", stage2)
-        soft = self.cross_encoder(mined)
+        soft = self.soft_labels(self.cross_encoder(mined), mined)
         stage3 = self.finetune("3-distill", "distill", stage2, soft, self.config.group)
         self.evaluate("3-distill", stage3)
-        self.report()
 
-    # ---- report ------------------------------------------------------------------------------------------------
-    def report(self) -> None:
-        rows = ["| stage | nDCG@10 | R@100 | train wall s | eval wall s |", "| --- | --- | --- | --- | --- |"]
-        for name, values in self.results.items():
-            if "ndcg@10" in values:
-                rows.append(f"| {name} | {values['ndcg@10']:.4f} | {values['recall@100']:.4f} | "
-                            f"{values.get('wall_s', '')} | {values['eval_wall_s']} |")
-            else:
-                rows.append(f"| {name} | | | {values.get('wall_s', '')} | |")
-        rows += [f"| {name} (reference) | {value:.4f} | | | |" for name, value in REFERENCES.items()]
-        with atomic_write(self.output / "results.md") as handle:
-            handle.write("\n".join(rows) + "\n")
-        print("\n".join(rows))
-        self.plot()
 
-    def plot(self) -> None:
-        import matplotlib
+class AblationChain(Chain):
+    """The same chain from the starting model, without DupMAE pre-training. BM25 negatives and the cross-encoder
+    (whose training does not involve the bi-encoder beyond its mined negatives) are the main chain's; the soft
+    labels are this chain's own mined negatives scored by that teacher."""
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    label = "no pre-training (ablation)"
 
-        stages = [name for name, values in self.results.items() if "ndcg@10" in values]
-        fig, axis = plt.subplots(figsize=(6, 3.5))
-        for metric in ("ndcg@10", "recall@100"):
-            axis.plot(range(len(stages)), [self.results[s][metric] for s in stages], marker="o", label=metric)
-        for (name, value), style in zip(REFERENCES.items(), (":", "--")):
-            axis.axhline(value, color="grey", linestyle=style, lw=1, label=f"{name} nDCG@10")
-        walls = [f"{self.results[s]['wall_s']:.0f} s train" if "wall_s" in self.results[s] else "reused"
-                 for s in stages]
-        axis.set_xticks(range(len(stages)), [f"{s}\n{wall}" for s, wall in zip(stages, walls)], fontsize=7)
-        axis.set_ylabel("scifact test")
-        axis.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(self.output / "chain.png", dpi=110)
-        plt.close(fig)
+    def __init__(self, main: Chain):
+        super().__init__(main.folder, main.output / ABLATION, main.config, main.model, main.bf16)
+        self.main, self.index_root = main, main.index_root
+
+    def start(self) -> Path:
+        from retromae_ir.encode.cards import load_card
+
+        checkpoint = self.model or load_card("dupmae-minilm").checkpoint_path()
+        card = self.write_card("0-start", checkpoint)
+        if self.config.evaluate_pretrained:
+            self.evaluate("0-start", card)
+        return card
+
+    def bm25_negatives(self) -> Path:
+        return self.main.output / "1-bm25-negatives.jsonl"
+
+    def cross_encoder(self, negatives: Path) -> Path:
+        return self.main.output / "4-cross-encoder"
+
+
+# ---- report ----------------------------------------------------------------------------------------------------
+def baseline_rows(runs_dir: Path) -> list[dict]:
+    """BM25 and the off-the-shelf MiniLM on scifact, from the evaluation suite's committed result tables."""
+    import pandas as pd
+
+    rows = []
+    for label, folder, mode in BASELINES:
+        path = runs_dir / folder / "beir-results.csv"
+        if not path.is_file():
+            log.warning("%s missing: run eval/beir_all.py for the %s row", path, label)
+            continue
+        frame = pd.read_csv(path).set_index("dataset")
+        values = {metric: float(frame.loc["scifact", f"{metric} ({folder})"]) for metric in METRICS}
+        rows.append({"system": label, mode: values})
+    return rows
+
+
+def stage_rows(chains: list[tuple[str, dict]]) -> list[dict]:
+    """One row per evaluated stage of each chain."""
+    return [{"system": f"{label}: {stage}", **values} for label, results in chains
+            for stage, values in results.items() if "eval_wall_s" in values]
+
+
+def results_table(rows: list[dict]) -> str:
+    """Markdown: nDCG@10 and R@100 in each mode (blank where a system has no such mode)."""
+    header = ["system"] + [f"{metric} {mode}" for metric in METRICS for mode in MODES]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        cells = [f"{row[mode][metric]:.4f}" if mode in row else "" for metric in METRICS for mode in MODES]
+        lines.append(f"| {row['system']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def wall_table(chains: list[tuple[str, dict]]) -> str:
+    """Markdown: wall seconds per stage (training or mining, then evaluation) for each chain."""
+    stages = list(dict.fromkeys(stage for _, results in chains for stage in results))
+    lines = ["| stage | " + " | ".join(label for label, _ in chains) + " |", "|" + " --- |" * (len(chains) + 1)]
+    for stage in stages:
+        cells = []
+        for _, results in chains:
+            values = results.get(stage, {})
+            parts = [f"{values['wall_s']:.0f}" if "wall_s" in values else "",
+                     f"eval {values['eval_wall_s']:.0f}" if "eval_wall_s" in values else ""]
+            cells.append(" + ".join(part for part in parts if part) or "reused")
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    total = [sum(v.get("wall_s", 0) + v.get("eval_wall_s", 0) for v in results.values()) for _, results in chains]
+    lines.append("| total | " + " | ".join(f"{seconds / 60:.1f} min" for seconds in total) + " |")
+    return "\n".join(lines)
+
+
+def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path) -> None:
+    """nDCG@10 and R@100 per stage, one line per chain and mode, baselines as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = list(dict.fromkeys(stage.split("-", 1)[1] for _, results in chains
+                                for stage, values in results.items() if "eval_wall_s" in values))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, metric in zip(axes, METRICS):
+        for (label, results), style in zip(chains, ("-", "--")):
+            for mode, color in zip(MODES, ("tab:blue", "tab:orange", "tab:green")):
+                points = [(stages.index(s.split("-", 1)[1]), v[mode][metric]) for s, v in results.items()
+                          if mode in v]
+                if points:
+                    axis.plot(*zip(*points), style, color=color, marker="o", label=f"{label}, {mode}")
+        for row, style in zip(baselines, (":", "-.")):
+            mode = next(m for m in MODES if m in row)
+            axis.axhline(row[mode][metric], color="grey", linestyle=style, lw=1, label=row["system"])
+        axis.set_xticks(range(len(stages)), stages)
+        axis.set_title(f"scifact test {metric}")
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    with atomic_write(path, mode="wb") as handle:
+        fig.savefig(handle, format="png", dpi=110)
+    plt.close(fig)
+
+
+def report(chains: list[Chain], output: Path, runs_dir: Path = REPO / "runs") -> str:
+    """results.md (both tables) and chain.png under ``output``; returns the markdown."""
+    measured = [(chain.label, chain.results) for chain in chains]
+    baselines = baseline_rows(runs_dir)
+    text = (results_table(baselines + stage_rows(measured)) + "\n\nWall seconds per stage:\n\n"
+            + wall_table(measured) + "\n")
+    with atomic_write(output / "results.md") as handle:
+        handle.write(text)
+    plot(measured, baselines, output / "chain.png")
+    return text
 
 
 def main(argv=None) -> None:
@@ -231,10 +361,10 @@ def main(argv=None) -> None:
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast for training and encoding (default: where the hardware runs it natively, "
                              "see retromae_ir/hardware.py; AVX2-only CPUs emulate bf16 and run it several times slower)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=INT",
+    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help=f"override configuration fields ({', '.join(f.name for f in dataclasses.fields(Config))})")
     args = parser.parse_args(argv)
-    config = dataclasses.replace(CONFIGS[args.config], **{k: int(v) for k, v in (s.split("=", 1) for s in args.set)})
+    config = CONFIGS[args.config].replace(args.set)
     if args.pretrained is not None and not (args.pretrained / "config.json").is_file():
         raise SystemExit(f"--pretrained {args.pretrained}: no config.json, not a finished pre-training output")
     if args.folder is None:
@@ -246,7 +376,12 @@ def main(argv=None) -> None:
     setup_logging(output / "chain.log")
     bf16 = args.bf16 if args.bf16 is not None else bf16_is_fast("cuda" if torch.cuda.is_available() else "cpu")
     log.info("configuration %s: %s; bf16 %s", args.config, config, bf16)
-    Chain(Path(args.folder), output, config, args.model, bf16, args.pretrained).run()
+    chains = [Chain(Path(args.folder), output, config, args.model, bf16, args.pretrained)]
+    if config.ablation:
+        chains.append(AblationChain(chains[0]))
+    for chain in chains:
+        chain.run()
+    print(report(chains, output))
 
 
 if __name__ == "__main__":

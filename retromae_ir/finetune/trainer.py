@@ -11,17 +11,13 @@ gradient of the single-process loss on the combined batch (tests/finetune/test_d
 """
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 from retromae_ir.finetune.gradcache import forward_backward
-from retromae_ir.pretrain.trainer import (STATE_DIR, Trainer, TrainerError, mean_across_ranks, micro_seeds,
-                                          read_loss_csv)
-
-log = logging.getLogger(__name__)
+from retromae_ir.pretrain.trainer import Trainer, mean_across_ranks, micro_seeds
 
 
 class FinetuneTrainer(Trainer):
@@ -41,17 +37,8 @@ class FinetuneTrainer(Trainer):
         # dense cards leave BERT's pooler unused; gradient caching runs graph-less forwards
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, find_unused_parameters=True)
 
-    def restore(self, checkpoint: Path) -> None:
-        state = torch.load(checkpoint / STATE_DIR / "state.pt", map_location="cpu", weights_only=False)
-        if state["world_size"] != self.world_size or state["seed"] != self.args.seed:
-            raise TrainerError(f"{checkpoint} was trained with {state['world_size']} processes and seed "
-                               f"{state['seed']}; resume with the same to get the same data order")
-        self.model.load_state_dict(self.reload(checkpoint).state_dict())
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step = state["step"]
-        self.history = [row for row in read_loss_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
-        log.info("resumed from %s at step %d", checkpoint, self.step)
+    def load_model(self, checkpoint: Path) -> torch.nn.Module:
+        return self.reload(checkpoint)
 
     def train_step(self) -> dict[str, float]:
         """One optimizer step on one batch (``batch_size`` queries per process), gradient-cached if asked."""

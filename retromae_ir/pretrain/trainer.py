@@ -147,13 +147,16 @@ class Trainer:
         if state["world_size"] != self.world_size or state["seed"] != self.args.seed:
             raise TrainerError(f"{checkpoint} was trained with {state['world_size']} processes and seed "
                                f"{state['seed']}; resume with the same to get the same data order")
-        fresh = type(self.model).from_pretrained(checkpoint, self.model.masking, self.model.method_args)
-        self.model.load_state_dict(fresh.state_dict())
+        self.model.load_state_dict(self.load_model(checkpoint).state_dict())
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
         self.history = [row for row in read_loss_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
         log.info("resumed from %s at step %d", checkpoint, self.step)
+
+    def load_model(self, checkpoint: Path) -> torch.nn.Module:
+        """A model of the trained kind with ``checkpoint``'s weights (subclasses override for other kinds)."""
+        return type(self.model).from_pretrained(checkpoint, self.model.masking, self.model.method_args)
 
     # ---- training ----------------------------------------------------------------------------------------------
     def train(self) -> Path:

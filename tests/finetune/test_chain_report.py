@@ -1,0 +1,67 @@
+"""eval/chain_scifact.py: configuration overrides, the results tables and the plot, on fixed inputs."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "eval"))
+
+import chain_scifact as chain  # noqa: E402
+
+RESULTS = {
+    "0-pretrain": {"wall_s": 240.4},
+    "1-bm25-negatives": {"wall_s": 61.0},
+    "1-stage1": {"wall_s": 300.0, "eval_wall_s": 420.0,
+                 "dense": {"ndcg@10": 0.5, "recall@100": 0.8},
+                 "sparse": {"ndcg@10": 0.25, "recall@100": 0.7},
+                 "hybrid": {"ndcg@10": 0.6, "recall@100": 0.9}},
+}
+ABLATION = {"1-stage1": {"wall_s": 290.0, "eval_wall_s": 400.0,
+                         "dense": {"ndcg@10": 0.4, "recall@100": 0.75},
+                         "sparse": {"ndcg@10": 0.2, "recall@100": 0.6},
+                         "hybrid": {"ndcg@10": 0.45, "recall@100": 0.8}}}
+
+
+def test_set_converts_each_field_to_its_type():
+    config = chain.CONFIGS["quick"].replace(["steps=7", "lr=1e-4", "ablation=false"])
+    assert (config.steps, config.lr, config.ablation) == (7, 1e-4, False)
+    with pytest.raises(SystemExit, match="no configuration field 'stepz'"):
+        chain.CONFIGS["quick"].replace(["stepz=3"])
+
+
+def test_results_table_puts_each_mode_in_its_column():
+    rows = [{"system": "BM25", "sparse": {"ndcg@10": 0.6789, "recall@100": 0.9253}}]
+    rows += chain.stage_rows([("pre-trained", RESULTS)])
+    lines = chain.results_table(rows).splitlines()
+    assert lines[0] == ("| system | ndcg@10 dense | ndcg@10 sparse | ndcg@10 hybrid | recall@100 dense | "
+                        "recall@100 sparse | recall@100 hybrid |")
+    assert lines[2] == "| BM25 |  | 0.6789 |  |  | 0.9253 |  |"
+    assert lines[3] == "| pre-trained: 1-stage1 | 0.5000 | 0.2500 | 0.6000 | 0.8000 | 0.7000 | 0.9000 |"
+    assert len(lines) == 4  # stages without an evaluation (pre-training, mining) are not rows
+
+
+def test_wall_table_sums_training_and_evaluation():
+    lines = chain.wall_table([("pre-trained", RESULTS), ("ablation", ABLATION)]).splitlines()
+    assert lines[0] == "| stage | pre-trained | ablation |"
+    assert lines[2] == "| 0-pretrain | 240 | reused |"
+    assert lines[4] == "| 1-stage1 | 300 + eval 420 | 290 + eval 400 |"
+    assert lines[-1] == "| total | 17.0 min | 11.5 min |"
+
+
+def test_report_reads_baselines_and_writes_table_and_plot(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "bm25").mkdir(parents=True)
+    (runs / "bm25" / "beir-results.csv").write_text(
+        "dataset,queries,ndcg@10 (bm25),recall@100 (bm25)\nscifact,300,0.6789,0.9253\n")
+
+    class Done:
+        def __init__(self, label, results):
+            self.label, self.results = label, results
+
+    text = chain.report([Done("pre-trained", RESULTS), Done("ablation", ABLATION)], tmp_path, runs)
+    assert "| BM25 flat (Pyserini) |  | 0.6789 |" in text  # the MiniLM table is missing: row left out
+    assert "MiniLM" not in text
+    assert (tmp_path / "results.md").read_text() == text
+    assert (tmp_path / "chain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
