@@ -155,7 +155,7 @@ def search_benchmark(args) -> dict:
     topics = load_topics(args.topics)
     qrels = load_qrels(args.qrels)
     qids, texts = list(topics), list(topics.values())
-    model = EncoderModel.from_card("dupmae-minilm", device="cpu")
+    model = EncoderModel.from_card(args.encoder, device="cpu")
     encoded = model.encode_query(texts)
     exact = {K: ExactHybridSearcher(args.index, model, candidates=K, threads=args.threads) for K in args.candidates}
     brute = BruteForceScorer(next(iter(exact.values())).index).search(encoded.dense, encoded.sparse, 10)
@@ -213,7 +213,8 @@ def index_sizes(index: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, required=True, help="BEIR corpus.jsonl for the encode benchmark")
-    parser.add_argument("--index", type=Path, required=True, help="dupmae-minilm index (retromae_ir.encode corpus)")
+    parser.add_argument("--index", type=Path, required=True, help="a DupMAE index (retromae_ir.encode corpus)")
+    parser.add_argument("--encoder", default="dupmae-minilm", help="the index's card (search benchmark)")
     parser.add_argument("--queries", type=Path, required=True, help="its pre-encoded queries (encode queries)")
     parser.add_argument("--topics", type=Path, required=True)
     parser.add_argument("--qrels", type=Path, required=True)

@@ -65,3 +65,19 @@ def test_report_reads_baselines_and_writes_table_and_plot(tmp_path):
     assert "MiniLM" not in text
     assert (tmp_path / "results.md").read_text() == text
     assert (tmp_path / "chain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chains_advance_one_stage_at_a_time():
+    order = []
+
+    class Fake:
+        def __init__(self, name, stages):
+            self.name, self.stages = name, stages
+
+        def run(self):
+            for stage in range(self.stages):
+                order.append((self.name, stage))
+                yield
+
+    chain.run_in_lockstep([Fake("main", 3), Fake("ablation", 2)])
+    assert order == [("main", 0), ("ablation", 0), ("main", 1), ("ablation", 1), ("main", 2)]
