@@ -9,6 +9,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 from retromae_ir.encode.base import EncoderModel, load_projection
 from retromae_ir.encode.representation import (max_pool_logits, ordinary_token_mask, pool,
                                                sparse_representation, top_k)
+from retromae_ir.mlm_head import init_identity_head
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +27,10 @@ class DupMAEEncoderModel(EncoderModel):
         mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
         missing = [key for key in info["missing_keys"] if not key.startswith(mlm.base_model_prefix + ".")]
         if missing:
-            _identity_head(mlm, missing, path)
+            logger.warning("%s has no trained MLM head (%d missing weights): using the identity head over the tied "
+                           "word embeddings (retromae_ir.mlm_head); fine for development, not a trained DupMAE",
+                           path, len(missing))
+            init_identity_head(mlm, missing)
         projection = load_projection(path, mlm.config.hidden_size, card.dims)
         return cls(card, mlm, AutoTokenizer.from_pretrained(path), projection)
 
@@ -40,21 +44,3 @@ class DupMAEEncoderModel(EncoderModel):
         tokens = ordinary_token_mask(input_ids, attention_mask, self.special_ids)
         sparse = sparse_representation(max_pool_logits(self.lm_head, hidden, tokens), self.card.activation)
         return dense, top_k(sparse, k)
-
-
-def _identity_head(mlm, missing: list[str], path: str) -> None:
-    """A checkpoint without an MLM head (e.g. the packaged MiniLM): make the head deterministic instead of random,
-    so documents and queries encoded in different processes agree. Transform = identity, LayerNorm = plain
-    normalisation, bias = 0; the decoder stays tied to the word embeddings."""
-    logger.warning("%s has no trained MLM head (%d missing weights): using a deterministic identity transform "
-                   "over the tied word embeddings; fine for development, not a trained DupMAE", path, len(missing))
-    with torch.no_grad():
-        for name, param in mlm.named_parameters():
-            if name not in missing:
-                continue
-            if name.endswith("dense.weight"):
-                param.copy_(torch.eye(*param.shape))
-            elif name.endswith("LayerNorm.weight"):
-                param.fill_(1.0)
-            elif name.endswith("bias"):
-                param.zero_()

@@ -1,7 +1,7 @@
 """Load the encoder every method pre-trains: a BERT-family masked LM plus its tokenizer.
 
-A checkpoint without an MLM head (e.g. all-MiniLM-L6-v2, a plain ``BertModel``) gets a fresh head whose
-decoder is tied to the word embeddings, so the output is always a ``BertForMaskedLM`` directory that
+A checkpoint without an MLM head (e.g. all-MiniLM-L6-v2, a plain ``BertModel``) gets the identity head of
+:mod:`retromae_ir.mlm_head` (the one the DupMAE encoder gives it too), decoder tied to the word embeddings, so the output is always a ``BertForMaskedLM`` directory that
 ``AutoModel``, ``AutoModelForMaskedLM`` and Pyserini's ``AutoDocumentEncoder`` all load.
 """
 from __future__ import annotations
@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch import nn
+
+from retromae_ir.mlm_head import init_identity_head
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +83,9 @@ def load_backbone(name_or_path: str | Path | None = None, max_length: int | None
         hf_logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(name)
     new_head = sorted(key for key in info["missing_keys"] if key.startswith("cls."))
-    if new_head:
-        log.info("%s has no MLM head: new head initialised (%s), decoder tied to the word embeddings",
-                 name, ", ".join(new_head))
     model.tie_weights()
+    if new_head:
+        log.info("%s has no MLM head: identity head initialised (%s), decoder tied to the word embeddings",
+                 name, ", ".join(new_head))
+        init_identity_head(model, new_head)
     return Backbone(model=model, tokenizer=tokenizer, new_head_keys=new_head)

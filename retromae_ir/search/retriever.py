@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from functools import cached_property
 from pathlib import Path
 
 from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST
-from retromae_ir.io import file_digest
+from retromae_ir.io import atomic_write, file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -43,26 +44,36 @@ class EncoderRetriever:
 
         return EncoderModel.from_card(self.card, bf16=self.bf16)
 
-    def index_is_current(self, index_dir: Path, corpus_digest: str) -> bool:
+    def source_digests(self, corpus: Path) -> dict[str, str]:
+        """What an index is built from: the corpus bytes and, for a local checkpoint, its weight files (a card
+        whose checkpoint directory was trained again keeps its fingerprint, but not these)."""
+        digests = {"corpus_sha256": file_digest(corpus)}
+        checkpoint = Path(self.card.checkpoint_path())
+        for weights in sorted(checkpoint.glob("*.safetensors")) if checkpoint.is_dir() else []:
+            digests[f"{weights.name}_sha256"] = file_digest(weights)
+        return digests
+
+    def index_is_current(self, index_dir: Path, digests: dict[str, str]) -> bool:
         manifest = index_dir / MANIFEST
         if not manifest.is_file():
             return False
         data = json.loads(manifest.read_text())
-        return data.get("fingerprint") == self.card.fingerprint() and data.get("corpus_sha256") == corpus_digest
+        return data.get("fingerprint") == self.card.fingerprint() and all(
+            data.get(key) == value for key, value in digests.items())
 
     def build_index(self, corpus: Path, index_name: str) -> Path:
         """Encode ``corpus`` into faiss + Lucene impact indexes, unless an index of it with this card exists."""
         from retromae_ir.encode.corpus import encode_shard, merge, read_corpus
 
         index_dir = self.index_root / self.card.name / index_name
-        digest = file_digest(corpus)
-        if self.index_is_current(index_dir, digest):
+        digests = self.source_digests(corpus)
+        if self.index_is_current(index_dir, digests):
             logger.info("reusing %s index %s", self.card.name, index_dir)
             return index_dir
         docids, texts = read_corpus(corpus)
+        drop_stale_chunks(index_dir, digests)
         encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
-        merge(index_dir, self.card, self.model.vocab, threads=self.threads,
-              extra={"corpus": str(corpus), "corpus_sha256": digest})
+        merge(index_dir, self.card, self.model.vocab, threads=self.threads, extra={"corpus": str(corpus), **digests})
         return index_dir
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
@@ -71,3 +82,17 @@ class EncoderRetriever:
         searcher = ExactHybridSearcher(self.build_index(Path(corpus), index_name), self.model, self.mode,
                                        threads=self.threads)
         return searcher.batch_search(list(queries.values()), list(queries), k=self.hits, batch_size=self.batch_size)
+
+
+def drop_stale_chunks(index_dir: Path, digests: dict[str, str]) -> None:
+    """Encoded chunks resume an interrupted encoding of the same sources only: chunks left by other weights or
+    another corpus (same card, so the same work folder) are deleted before encoding."""
+    from retromae_ir.encode.corpus import WORK
+
+    work, sources = index_dir / WORK, index_dir / WORK / "sources.json"
+    if work.is_dir() and (not sources.is_file() or json.loads(sources.read_text()) != digests):
+        logger.info("%s: removing chunks encoded from other sources", work)
+        shutil.rmtree(work)
+    with atomic_write(sources) as handle:
+        json.dump(digests, handle)
+

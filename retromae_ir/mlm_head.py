@@ -1,0 +1,25 @@
+"""The MLM head given to a checkpoint that ships none (e.g. the packaged all-MiniLM-L6-v2).
+
+Pre-training and the DupMAE encoder must start from the same head, or a pre-trained model and the same model
+without pre-training are compared from different starting points. The head is deterministic rather than random:
+transform = identity, LayerNorm = plain normalisation, biases = 0, decoder tied to the word embeddings. Its
+logits are then the similarity of each contextual vector to every input embedding, a lexical OT vector from the
+first step (documents and queries encoded in different processes also agree).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def init_identity_head(mlm: torch.nn.Module, missing: list[str]) -> None:
+    """Set the head parameters named in ``missing`` (from ``output_loading_info``) to the identity head."""
+    with torch.no_grad():
+        for name, param in mlm.named_parameters():
+            if name not in missing:
+                continue
+            if name.endswith("dense.weight"):
+                param.copy_(torch.eye(*param.shape))
+            elif name.endswith("LayerNorm.weight"):
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
