@@ -100,8 +100,6 @@ class Chain:
     """The chain with DupMAE pre-training; results.json in ``output`` records metrics and wall time per stage."""
 
     label = "DupMAE pre-training"
-    # stages encoded and searched on the test split (the starting checkpoint only with evaluate_pretrained)
-    evaluated = ("0-pretrain", "1-stage1", "2-stage2", "3-distill")
 
     def __init__(self, folder: Path, output: Path, config: Config, model: str | None, bf16: bool,
                  pretrained: Path | None = None):
@@ -202,7 +200,7 @@ class Chain:
 
     def evaluate(self, name: str, card: Path) -> None:
         """Encode the corpus with ``card`` once, then search the test queries in every mode: nDCG@10 and R@100."""
-        if name not in self.evaluated or all(mode in self.results.get(name, {}) for mode in MODES):
+        if all(mode in self.results.get(name, {}) for mode in MODES):
             return
         from retromae_ir.data.readers import load_qrels, load_topics
         from retromae_ir.evaluate import evaluate_run
@@ -250,7 +248,6 @@ class AblationChain(Chain):
     labels are this chain's own mined negatives scored by that teacher."""
 
     label = "no pre-training (ablation)"
-    evaluated = ("0-start", "1-stage1", "3-distill")  # stage 1's index serves mining anyway; stage 2 skipped for time
 
     def __init__(self, main: Chain):
         super().__init__(main.folder, main.output / ABLATION, main.config, main.model, main.bf16)
