@@ -303,7 +303,8 @@ def results_table(rows: list[dict]) -> str:
 
 
 def wall_table(chains: list[tuple[str, dict]]) -> str:
-    """Markdown: wall seconds per stage (training or mining, then evaluation) for each chain."""
+    """Markdown: wall seconds per stage (training or mining, then evaluation) for each chain; - where a chain did
+    not run the stage (the ablation reuses the BM25 negatives and the cross-encoder)."""
     stages = list(dict.fromkeys(stage for _, results in chains for stage in results))
     lines = ["| stage | " + " | ".join(label for label, _ in chains) + " |", "|" + " --- |" * (len(chains) + 1)]
     for stage in stages:
@@ -312,7 +313,7 @@ def wall_table(chains: list[tuple[str, dict]]) -> str:
             values = results.get(stage, {})
             parts = [f"{values['wall_s']:.0f}" if "wall_s" in values else "",
                      f"eval {values['eval_wall_s']:.0f}" if "eval_wall_s" in values else ""]
-            cells.append(" + ".join(part for part in parts if part) or "reused")
+            cells.append(" + ".join(part for part in parts if part) or "-")
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     total = [sum(v.get("wall_s", 0) + v.get("eval_wall_s", 0) for v in results.values()) for _, results in chains]
     lines.append("| total | " + " | ".join(f"{seconds / 60:.1f} min" for seconds in total) + " |")

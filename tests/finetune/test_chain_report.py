@@ -45,7 +45,7 @@ def test_results_table_puts_each_mode_in_its_column():
 def test_wall_table_sums_training_and_evaluation():
     lines = chain.wall_table([("pre-trained", RESULTS), ("ablation", ABLATION)]).splitlines()
     assert lines[0] == "| stage | pre-trained | ablation |"
-    assert lines[2] == "| 0-pretrain | 240 | reused |"
+    assert lines[2] == "| 0-pretrain | 240 | - |"
     assert lines[4] == "| 1-stage1 | 300 + eval 420 | 290 + eval 400 |"
     assert lines[-1] == "| total | 17.0 min | 11.5 min |"
 
