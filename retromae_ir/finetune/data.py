@@ -167,10 +167,25 @@ def load_examples(data, need_scores: bool = False) -> list[TrainExample]:
             raise DataFormatError(f"{source}: {unscored} of {len(examples)} queries lack teacher scores "
                                   "(positive_scores / negative_scores): score them with "
                                   "python -m retromae_ir.rerank score")
+        check_teacher_spread(examples, source)
     logger.info("%s: %d training queries, %.1f positives and %.1f negatives per query", source, len(examples),
                 sum(len(e.positives) for e in examples) / len(examples),
                 sum(len(e.negatives) for e in examples) / len(examples))
     return examples
+
+
+def check_teacher_spread(examples: Sequence[TrainExample], source, min_spread: float = 0.1) -> float:
+    """Median over queries of (max - min) teacher score; below ``min_spread`` the soft labels are close to uniform
+    and distillation pulls every student score together (measured: a quick teacher whose loss stayed at ln 2
+    spread 0.026 and the student collapsed, docs/finetuning.md), so warn before training."""
+    spreads = sorted(max(e.positive_scores + e.negative_scores) - min(e.positive_scores + e.negative_scores)
+                     for e in examples)
+    median = spreads[len(spreads) // 2]
+    if median < min_spread:
+        logger.warning("%s: teacher scores span only %.4f per query (median): the soft labels are nearly uniform "
+                       "and distillation will pull the student's scores together; train the teacher further, "
+                       "lower --teacher-temperature or add --hard-label-weight", source, median)
+    return median
 
 
 def _pick(count: int, population: int, generator: torch.Generator) -> list[int]:

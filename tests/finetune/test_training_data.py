@@ -6,8 +6,8 @@ import torch
 
 from retromae_ir.data.readers import DataFormatError
 from retromae_ir.finetune.arguments import DataArguments
-from retromae_ir.finetune.data import (GroupCollator, TrainExample, load_examples, read_jsonl_examples,
-                                       read_qrels_examples, read_triples, sample_group)
+from retromae_ir.finetune.data import (GroupCollator, TrainExample, check_teacher_spread, load_examples,
+                                       read_jsonl_examples, read_qrels_examples, read_triples, sample_group)
 
 CORPUS = {"d1": "alpha text", "d2": "beta text", "d3": "gamma text"}
 
@@ -137,3 +137,13 @@ def test_load_examples_reads_gzipped_triples(tmp_path):
         handle.write("q1\tp1\tn1\nq1\tp1\tn2\n")
     (example,) = load_examples(DataArguments(train=str(path), group_size=2))
     assert (example.query, example.positives, example.negatives) == ("q1", ["p1"], ["n1", "n2"])
+
+
+def test_nearly_uniform_teacher_scores_are_warned_about(caplog):
+    flat = [TrainExample("q", ["p"], ["n1", "n2"], [-0.02], [-0.03, -0.01 + 0.01 * i]) for i in range(3)]
+    assert check_teacher_spread(flat, "soft.jsonl") == pytest.approx(0.03)  # spreads 0.02, 0.03, 0.04
+    assert "teacher scores span only 0.0300" in caplog.text and "soft.jsonl" in caplog.text
+    caplog.clear()
+    sharp = [TrainExample("q", ["p"], ["n"], [4.0], [-1.0 - i]) for i in range(3)]
+    assert check_teacher_spread(sharp, "soft.jsonl") == 6.0
+    assert caplog.text == ""
