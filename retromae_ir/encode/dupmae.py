@@ -25,12 +25,11 @@ class DupMAEEncoderModel(EncoderModel):
     def from_checkpoint(cls, card):
         path = card.checkpoint_path()
         mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
-        missing = [key for key in info["missing_keys"] if not key.startswith(mlm.base_model_prefix + ".")]
+        missing = init_identity_head(mlm, info)
         if missing:
             logger.warning("%s has no trained MLM head (%d missing weights): using the identity head over the tied "
                            "word embeddings (retromae_ir.mlm_head); fine for development, not a trained DupMAE",
                            path, len(missing))
-            init_identity_head(mlm, missing)
         projection = load_projection(path, mlm.config.hidden_size, card.dims)
         return cls(card, mlm, AutoTokenizer.from_pretrained(path), projection)
 

@@ -1,8 +1,9 @@
 """Load the encoder every method pre-trains: a BERT-family masked LM plus its tokenizer.
 
 A checkpoint without an MLM head (e.g. all-MiniLM-L6-v2, a plain ``BertModel``) gets the identity head of
-:mod:`retromae_ir.mlm_head` (the one the DupMAE encoder gives it too), decoder tied to the word embeddings, so the output is always a ``BertForMaskedLM`` directory that
-``AutoModel``, ``AutoModelForMaskedLM`` and Pyserini's ``AutoDocumentEncoder`` all load.
+:mod:`retromae_ir.mlm_head` (the one the DupMAE encoder gives it too), decoder tied to the word embeddings,
+so the output is always a ``BertForMaskedLM`` directory that ``AutoModel``, ``AutoModelForMaskedLM`` and
+Pyserini's ``AutoDocumentEncoder`` all load.
 """
 from __future__ import annotations
 
@@ -82,10 +83,9 @@ def load_backbone(name_or_path: str | Path | None = None, max_length: int | None
     finally:
         hf_logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(name)
-    new_head = sorted(key for key in info["missing_keys"] if key.startswith("cls."))
     model.tie_weights()
+    new_head = init_identity_head(model, info)
     if new_head:
         log.info("%s has no MLM head: identity head initialised (%s), decoder tied to the word embeddings",
                  name, ", ".join(new_head))
-        init_identity_head(model, new_head)
     return Backbone(model=model, tokenizer=tokenizer, new_head_keys=new_head)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from functools import cached_property
 from pathlib import Path
 
 from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST
-from retromae_ir.io import atomic_write, file_digest
+from retromae_ir.io import file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +46,8 @@ class EncoderRetriever:
     def source_digests(self, corpus: Path) -> dict[str, str]:
         """What an index is built from: the corpus bytes and, for a local checkpoint, its weight files (a card
         whose checkpoint directory was trained again keeps its fingerprint, but not these)."""
-        digests = {"corpus_sha256": file_digest(corpus)}
-        checkpoint = Path(self.card.checkpoint_path())
-        for weights in sorted(checkpoint.glob("*.safetensors")) if checkpoint.is_dir() else []:
-            digests[f"{weights.name}_sha256"] = file_digest(weights)
-        return digests
+        weights = {f"{name}_sha256": digest for name, digest in self.card.weight_digests().items()}
+        return {"corpus_sha256": file_digest(corpus), **weights}
 
     def index_is_current(self, index_dir: Path, digests: dict[str, str]) -> bool:
         manifest = index_dir / MANIFEST
@@ -71,7 +67,6 @@ class EncoderRetriever:
             logger.info("reusing %s index %s", self.card.name, index_dir)
             return index_dir
         docids, texts = read_corpus(corpus)
-        drop_stale_chunks(index_dir, digests)
         encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
         merge(index_dir, self.card, self.model.vocab, threads=self.threads, extra={"corpus": str(corpus), **digests})
         return index_dir
@@ -82,17 +77,4 @@ class EncoderRetriever:
         searcher = ExactHybridSearcher(self.build_index(Path(corpus), index_name), self.model, self.mode,
                                        threads=self.threads)
         return searcher.batch_search(list(queries.values()), list(queries), k=self.hits, batch_size=self.batch_size)
-
-
-def drop_stale_chunks(index_dir: Path, digests: dict[str, str]) -> None:
-    """Encoded chunks resume an interrupted encoding of the same sources only: chunks left by other weights or
-    another corpus (same card, so the same work folder) are deleted before encoding."""
-    from retromae_ir.encode.corpus import WORK
-
-    work, sources = index_dir / WORK, index_dir / WORK / "sources.json"
-    if work.is_dir() and (not sources.is_file() or json.loads(sources.read_text()) != digests):
-        logger.info("%s: removing chunks encoded from other sources", work)
-        shutil.rmtree(work)
-    with atomic_write(sources) as handle:
-        json.dump(digests, handle)
 
