@@ -36,7 +36,7 @@ test: setup
 bm25: setup
 	$(PY) eval/beir_all.py --retriever bm25 --datasets scifact
 
-# the DupMAE chain on scifact, quick configuration (CHAIN_ARGS="--config full" for the full one)
+# the DupMAE chain on scifact, quick configuration (CHAIN_ARGS="--config short" or "--config full" for the others)
 chain: setup
 	$(PY) eval/chain_scifact.py $(CHAIN_ARGS)
 

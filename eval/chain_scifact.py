@@ -2,15 +2,16 @@
 -> soft labels -> distillation; every fine-tuned checkpoint encoded once and searched dense-only, sparse-only and
 hybrid (exact Eq. 12) on the test split; then the same chain without DupMAE pre-training (the ablation).
 
-    .venv/bin/python eval/chain_scifact.py                      # quick configuration (make chain)
-    .venv/bin/python eval/chain_scifact.py --config full        # the full one
+    .venv/bin/python eval/chain_scifact.py                      # quick: ~15 min, a 1000-document sub-corpus
+    .venv/bin/python eval/chain_scifact.py --config short       # the whole corpus, short training (~1.5 h on 2 cores)
+    .venv/bin/python eval/chain_scifact.py --config full        # the full one (a GPU job)
     .venv/bin/python eval/chain_scifact.py --folder DIR --model TINY_BERT --output OUT   # any BEIR-layout folder
 
 Every stage runs the project's own command (``python -m retromae_ir.{pretrain,mine,finetune,rerank}``) in a
-subprocess and is skipped when its output exists, so an interrupted chain continues where it stopped. Written
-under OUTPUT: one directory per stage, ``results.json`` (metrics per stage and mode, wall seconds per stage),
-the ablation under ``OUTPUT/no-pretrain``, and ``results.md`` / ``chain.png`` comparing both with BM25 and the
-off-the-shelf MiniLM (read from the evaluation suite's ``runs/bm25`` and ``runs/minilm-mean`` results).
+subprocess and is skipped when its output exists, so an interrupted chain continues where it stopped. BM25 and
+the off-the-shelf MiniLM (mean pooling) are searched over the same corpus as the stages, so a sub-corpus run
+compares like with like. Written under OUTPUT: one directory per stage, ``results.json`` (metrics per stage and
+mode, wall seconds per stage), the ablation under ``OUTPUT/no-pretrain``, and ``results.md`` / ``chain.png``.
 """
 from __future__ import annotations
 
@@ -38,9 +39,9 @@ log = logging.getLogger("chain")
 SHARED_BEIR = REPO.parent / "shared" / "data" / "beir"
 MODES = ("dense", "sparse", "hybrid")
 METRICS = ("ndcg@10", "recall@100")
-# measured by eval/beir_all.py (docs/data-and-evaluation.md): (label, results folder, the mode column it fills)
-BASELINES = (("BM25 flat (Pyserini)", "bm25", "sparse"),
-             ("all-MiniLM-L6-v2 off the shelf (mean pooling)", "minilm-mean", "dense"))
+# searched over the chain's own corpus (a sub-corpus changes every figure): stage name -> (label, its mode)
+BASELINES = {"baseline-bm25": ("BM25 flat (Pyserini)", "sparse"),
+             "baseline-minilm-mean": ("all-MiniLM-L6-v2 off the shelf (mean pooling)", "dense")}
 ABLATION = "no-pretrain"
 
 
@@ -51,7 +52,7 @@ class Config:
     pretrain_length: int
     query_length: int
     passage_length: int
-    steps: int  # optimizer steps of each fine-tuning stage and of the cross-encoder
+    steps: int  # optimizer steps of each fine-tuning stage
     batch: int
     group_stage1: int
     group: int
@@ -60,10 +61,13 @@ class Config:
     ce_length: int
     ce_batch: int
     lr: float = 2e-5  # fine-tuning stages
+    ce_steps: int = 300  # the cross-encoder (teacher): a new head on MiniLM needs more steps than the bi-encoder
+    ce_lr: float = 3e-5
     evaluate_pretrained: bool = True  # also encode and evaluate the pre-trained checkpoint before fine-tuning
     ablation: bool = True  # also run the chain from the starting model without DupMAE pre-training
     k: int = 384
     query_k: int = 64
+    corpus_docs: int = 0  # 0: the whole corpus; N: every judged document plus a seeded sample, N in all
 
     def replace(self, assignments: list[str]) -> "Config":
         """``FIELD=VALUE`` overrides, each converted to the field's type."""
@@ -78,9 +82,12 @@ class Config:
 
 
 CONFIGS = {
-    "quick": Config(pretrain_steps=40, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=128,
+    "quick": Config(pretrain_steps=20, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=64,
+                    steps=10, batch=16, group_stage1=2, group=2, negatives=3, max_rank=100, ce_length=64,
+                    ce_batch=8, lr=1e-4, ce_steps=60, ce_lr=1e-4, evaluate_pretrained=False, corpus_docs=1000),
+    "short": Config(pretrain_steps=40, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=128,
                     steps=25, batch=16, group_stage1=2, group=2, negatives=3, max_rank=100, ce_length=128,
-                    ce_batch=8, lr=5e-5, evaluate_pretrained=False),
+                    ce_batch=8, lr=5e-5, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False),
     "full": Config(pretrain_steps=1300, pretrain_batch=16, pretrain_length=256, query_length=64, passage_length=256,
                    steps=300, batch=32, group_stage1=2, group=8, negatives=15, max_rank=200, ce_length=256,
                    ce_batch=16),
@@ -101,11 +108,10 @@ class Chain:
 
     label = "DupMAE pre-training"
 
-    def __init__(self, folder: Path, output: Path, config: Config, model: str | None, bf16: bool,
+    def __init__(self, folder: Path, corpus: Path, output: Path, config: Config, model: str | None, bf16: bool,
                  pretrained: Path | None = None):
         self.folder, self.output, self.config, self.model, self.bf16 = folder, output, config, model, bf16
-        self.pretrained = pretrained
-        self.corpus = folder / "corpus.jsonl"
+        self.corpus, self.pretrained = corpus, pretrained
         self.train = ["--queries", str(folder / "queries.jsonl"), "--qrels", str(folder / "qrels" / "train.tsv")]
         output.mkdir(parents=True, exist_ok=True)
         self.results_path = output / "results.json"
@@ -155,7 +161,7 @@ class Chain:
             *self.flags(out, c.pretrain_steps), log_file=self.log_file))
         card = self.write_card("0-pretrain", out.resolve())
         if self.config.evaluate_pretrained:
-            self.evaluate("0-pretrain", card)
+            self.evaluate("0-pretrain", self.card_retrievers(card))
         return card
 
     def bm25_negatives(self) -> Path:
@@ -188,7 +194,7 @@ class Chain:
         self.timed("4-cross-encoder", out / "config.json", lambda: command(
             "retromae_ir.rerank", "train", *model, "--train", str(negatives), "--corpus", str(self.corpus),
             "--group-size", str(c.group), "--batch-size", str(c.ce_batch), "--max-length", str(c.ce_length),
-            "--lr", "3e-5", *self.flags(out, c.steps), log_file=self.log_file))
+            "--lr", str(c.ce_lr), *self.flags(out, c.ce_steps), log_file=self.log_file))
         return out
 
     def soft_labels(self, teacher: Path, negatives: Path) -> Path:
@@ -198,38 +204,53 @@ class Chain:
             "--corpus", str(self.corpus), "--output", str(scored), "--max-length", str(self.config.ce_length),
             log_file=self.log_file))
 
-    def evaluate(self, name: str, card: Path) -> None:
-        """Encode the corpus with ``card`` once, then search the test queries in every mode: nDCG@10 and R@100."""
-        if all(mode in self.results.get(name, {}) for mode in MODES):
+    def card_retrievers(self, card: Path) -> dict:
+        """One retriever per mode over the same index: the corpus is encoded once for all three."""
+        from retromae_ir.search.retriever import EncoderRetriever
+
+        return {mode: EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=100, bf16=self.bf16)
+                for mode in MODES}
+
+    def evaluate(self, name: str, retrievers: dict) -> None:
+        """Search the test queries over the chain's corpus with each mode's retriever: nDCG@10 and R@100."""
+        if all(mode in self.results.get(name, {}) for mode in retrievers):
             return
         from retromae_ir.data.readers import load_qrels, load_topics
         from retromae_ir.evaluate import evaluate_run
-        from retromae_ir.search.retriever import EncoderRetriever
 
         qrels = load_qrels(self.folder / "qrels" / "test.tsv")
         topics = load_topics(self.folder / "queries.jsonl")
         queries = {q: topics[q] for q in qrels}
         start = time.time()
-        for mode in MODES:
-            retriever = EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=100, bf16=self.bf16)
+        for mode, retriever in retrievers.items():
             run = retriever.retrieve(self.corpus, self.index_name(name), queries)
             self.record(name, **{mode: evaluate_run(run, qrels, METRICS)})
             log.info("%s %s: %s", name, mode, self.results[name][mode])
         self.record(name, eval_wall_s=round(time.time() - start, 1))
 
+    def baselines(self) -> None:
+        """BM25 and the off-the-shelf MiniLM over the same corpus as the stages."""
+        from retromae_ir.bm25 import BM25Retriever
+        from retromae_ir.search.retriever import EncoderRetriever
+
+        self.evaluate("baseline-bm25", {"sparse": BM25Retriever(self.index_root / "bm25")})
+        self.evaluate("baseline-minilm-mean", {"dense": EncoderRetriever(
+            "minilm-mean", mode="dense", index_root=self.index_root, hits=100, bf16=self.bf16)})
+
     def run(self):
         """The stages, as a generator that pauses after each evaluated stage (see ``run_in_lockstep``)."""
+        self.baselines()
         start = self.start()
         stage1 = self.finetune("1-stage1", "1", start, self.bm25_negatives(), self.config.group_stage1)
-        self.evaluate("1-stage1", stage1)
+        self.evaluate("1-stage1", self.card_retrievers(stage1))
         yield
         mined = self.mine("2-mined-negatives", str(stage1), self.index_name("1-stage1"))
         stage2 = self.finetune("2-stage2", "2", stage1, mined, self.config.group)
-        self.evaluate("2-stage2", stage2)
+        self.evaluate("2-stage2", self.card_retrievers(stage2))
         yield
         soft = self.soft_labels(self.cross_encoder(mined), mined)
         stage3 = self.finetune("3-distill", "distill", stage2, soft, self.config.group)
-        self.evaluate("3-distill", stage3)
+        self.evaluate("3-distill", self.card_retrievers(stage3))
 
 
 def run_in_lockstep(chains: list[Chain]) -> None:
@@ -250,8 +271,11 @@ class AblationChain(Chain):
     label = "no pre-training (ablation)"
 
     def __init__(self, main: Chain):
-        super().__init__(main.folder, main.output / ABLATION, main.config, main.model, main.bf16)
+        super().__init__(main.folder, main.corpus, main.output / ABLATION, main.config, main.model, main.bf16)
         self.main, self.index_root = main, main.index_root
+
+    def baselines(self) -> None:
+        """The main chain's (same corpus)."""
 
     def start(self) -> Path:
         from retromae_ir.encode.cards import load_card
@@ -259,7 +283,7 @@ class AblationChain(Chain):
         checkpoint = self.model or load_card("dupmae-minilm").checkpoint_path()
         card = self.write_card("0-start", checkpoint)
         if self.config.evaluate_pretrained:
-            self.evaluate("0-start", card)
+            self.evaluate("0-start", self.card_retrievers(card))
         return card
 
     def bm25_negatives(self) -> Path:
@@ -270,26 +294,22 @@ class AblationChain(Chain):
 
 
 # ---- report ----------------------------------------------------------------------------------------------------
-def baseline_rows(runs_dir: Path) -> list[dict]:
-    """BM25 and the off-the-shelf MiniLM on scifact, from the evaluation suite's committed result tables."""
-    import pandas as pd
+def baseline_rows(results: dict) -> list[dict]:
+    """BM25 and the off-the-shelf MiniLM, as far as the main chain has evaluated them."""
+    return [{"system": label, mode: results[stage][mode]} for stage, (label, mode) in BASELINES.items()
+            if mode in results.get(stage, {})]
 
-    rows = []
-    for label, folder, mode in BASELINES:
-        path = runs_dir / folder / "beir-results.csv"
-        if not path.is_file():
-            log.warning("%s missing: run eval/beir_all.py for the %s row", path, label)
-            continue
-        frame = pd.read_csv(path).set_index("dataset")
-        values = {metric: float(frame.loc["scifact", f"{metric} ({folder})"]) for metric in METRICS}
-        rows.append({"system": label, mode: values})
-    return rows
+
+def evaluated_stages(results: dict) -> dict:
+    """The chain's own evaluated stages (not the baselines, not the stages without an evaluation)."""
+    return {stage: values for stage, values in results.items()
+            if "eval_wall_s" in values and stage not in BASELINES}
 
 
 def stage_rows(chains: list[tuple[str, dict]]) -> list[dict]:
     """One row per evaluated stage of each chain."""
     return [{"system": f"{label}: {stage}", **values} for label, results in chains
-            for stage, values in results.items() if "eval_wall_s" in values]
+            for stage, values in evaluated_stages(results).items()]
 
 
 def results_table(rows: list[dict]) -> str:
@@ -320,7 +340,7 @@ def wall_table(chains: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
-def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path) -> None:
+def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path, title: str) -> None:
     """nDCG@10 and R@100 per stage, one line per chain and mode, baselines as horizontal lines."""
     import matplotlib
 
@@ -328,20 +348,20 @@ def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path) -> N
     import matplotlib.pyplot as plt
 
     stages = list(dict.fromkeys(stage.split("-", 1)[1] for _, results in chains
-                                for stage, values in results.items() if "eval_wall_s" in values))
+                                for stage in evaluated_stages(results)))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for axis, metric in zip(axes, METRICS):
         for (label, results), style in zip(chains, ("-", "--")):
             for mode, color in zip(MODES, ("tab:blue", "tab:orange", "tab:green")):
-                points = [(stages.index(s.split("-", 1)[1]), v[mode][metric]) for s, v in results.items()
-                          if mode in v]
+                points = [(stages.index(s.split("-", 1)[1]), v[mode][metric])
+                          for s, v in evaluated_stages(results).items() if mode in v]
                 if points:
                     axis.plot(*zip(*points), style, color=color, marker="o", label=f"{label}, {mode}")
         for row, style in zip(baselines, (":", "-.")):
             mode = next(m for m in MODES if m in row)
             axis.axhline(row[mode][metric], color="grey", linestyle=style, lw=1, label=row["system"])
         axis.set_xticks(range(len(stages)), stages)
-        axis.set_title(f"scifact test {metric}")
+        axis.set_title(f"{title}: test {metric}", fontsize=9)
     axes[0].legend(fontsize=6)
     fig.tight_layout()
     with atomic_write(path, mode="wb") as handle:
@@ -349,16 +369,35 @@ def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path) -> N
     plt.close(fig)
 
 
-def report(chains: list[Chain], output: Path, runs_dir: Path = REPO / "runs") -> str:
+def report(chains: list[Chain], output: Path, title: str = "scifact") -> str:
     """results.md (both tables) and chain.png under ``output``; returns the markdown."""
     measured = [(chain.label, chain.results) for chain in chains]
-    baselines = baseline_rows(runs_dir)
+    baselines = baseline_rows(chains[0].results)
     text = (results_table(baselines + stage_rows(measured)) + "\n\nWall seconds per stage:\n\n"
             + wall_table(measured) + "\n")
     with atomic_write(output / "results.md") as handle:
         handle.write(text)
-    plot(measured, baselines, output / "chain.png")
+    plot(measured, baselines, output / "chain.png", title)
     return text
+
+
+def chain_corpus(folder: Path, output: Path, config: Config) -> Path:
+    """The folder's corpus, or with ``corpus_docs`` its judged sub-corpus (written once under ``output``)."""
+    corpus = folder / "corpus.jsonl"
+    if not config.corpus_docs:
+        return corpus
+    from retromae_ir.data.subcorpus import write_judged_subcorpus
+
+    sub = output / f"corpus-{config.corpus_docs}.jsonl"
+    if not sub.is_file():
+        qrels = [folder / "qrels" / "train.tsv", folder / "qrels" / "test.tsv"]
+        log.info("%s: %d documents", sub, write_judged_subcorpus(corpus, qrels, config.corpus_docs, sub))
+    return sub
+
+
+def corpus_title(folder: Path, config: Config) -> str:
+    """What the figures were searched over, for the plot's titles."""
+    return folder.name + (f", {config.corpus_docs}-document judged sub-corpus" if config.corpus_docs else "")
 
 
 def main(argv=None) -> None:
@@ -390,11 +429,12 @@ def main(argv=None) -> None:
     setup_logging(output / "chain.log")
     bf16 = args.bf16 if args.bf16 is not None else bf16_is_fast("cuda" if torch.cuda.is_available() else "cpu")
     log.info("configuration %s: %s; bf16 %s", args.config, config, bf16)
-    chains = [Chain(Path(args.folder), output, config, args.model, bf16, args.pretrained)]
+    folder = Path(args.folder)
+    chains = [Chain(folder, chain_corpus(folder, output, config), output, config, args.model, bf16, args.pretrained)]
     if config.ablation:
         chains.append(AblationChain(chains[0]))
     run_in_lockstep(chains)
-    print(report(chains, output))
+    print(report(chains, output, corpus_title(folder, config)))
 
 
 if __name__ == "__main__":

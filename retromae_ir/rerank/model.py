@@ -41,7 +41,9 @@ class PairCollator:
         self.tokenizer, self.group_size, self.max_length = tokenizer, group_size, max_length
 
     def pairs(self, queries: list[str], passages: list[str]) -> dict[str, torch.Tensor]:
-        return dict(self.tokenizer(queries, passages, truncation="only_second", max_length=self.max_length,
+        """Longest-first truncation cuts the (usually longer) passage first, and also cuts a query too long to
+        leave the passage any room, where ``only_second`` would fail the whole batch."""
+        return dict(self.tokenizer(queries, passages, truncation="longest_first", max_length=self.max_length,
                                    padding=True, return_tensors="pt"))
 
     def __call__(self, examples: Sequence[TrainExample], generator: torch.Generator) -> dict:

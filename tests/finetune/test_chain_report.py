@@ -25,10 +25,10 @@ ABLATION = {"1-stage1": {"wall_s": 290.0, "eval_wall_s": 400.0,
 
 
 def test_set_converts_each_field_to_its_type():
-    config = chain.CONFIGS["quick"].replace(["steps=7", "lr=1e-4", "ablation=false"])
+    config = chain.CONFIGS["short"].replace(["steps=7", "lr=1e-4", "ablation=false"])
     assert (config.steps, config.lr, config.ablation) == (7, 1e-4, False)
     with pytest.raises(SystemExit, match="no configuration field 'stepz'"):
-        chain.CONFIGS["quick"].replace(["stepz=3"])
+        chain.CONFIGS["short"].replace(["stepz=3"])
 
 
 def test_results_table_puts_each_mode_in_its_column():
@@ -50,19 +50,19 @@ def test_wall_table_sums_training_and_evaluation():
     assert lines[-1] == "| total | 17.0 min | 11.5 min |"
 
 
-def test_report_reads_baselines_and_writes_table_and_plot(tmp_path):
-    runs = tmp_path / "runs"
-    (runs / "bm25").mkdir(parents=True)
-    (runs / "bm25" / "beir-results.csv").write_text(
-        "dataset,queries,ndcg@10 (bm25),recall@100 (bm25)\nscifact,300,0.6789,0.9253\n")
+def test_report_takes_baselines_from_the_main_chain_and_writes_table_and_plot(tmp_path):
+    bm25 = {"wall_s": 20.0, "eval_wall_s": 20.0, "sparse": {"ndcg@10": 0.6789, "recall@100": 0.9253}}
 
     class Done:
         def __init__(self, label, results):
             self.label, self.results = label, results
 
-    text = chain.report([Done("pre-trained", RESULTS), Done("ablation", ABLATION)], tmp_path, runs)
-    assert "| BM25 flat (Pyserini) |  | 0.6789 |" in text  # the MiniLM table is missing: row left out
-    assert "MiniLM" not in text
+    text = chain.report([Done("pre-trained", {"baseline-bm25": bm25, **RESULTS}), Done("ablation", ABLATION)],
+                        tmp_path, "scifact, 1000-document judged sub-corpus")
+    table = text.split("\n\n")[0].splitlines()
+    assert table[2] == "| BM25 flat (Pyserini) |  | 0.6789 |  |  | 0.9253 |  |"  # MiniLM not evaluated: no row
+    assert [line.split(" |")[0] for line in table[3:]] == ["| pre-trained: 1-stage1", "| ablation: 1-stage1"]
+    assert "| baseline-bm25 | 20 + eval 20 | - |" in text  # the baselines' wall time is reported too
     assert (tmp_path / "results.md").read_text() == text
     assert (tmp_path / "chain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -30,6 +30,17 @@ def test_group_loss_on_the_pair_scores(cross_encoder):
     assert cross_encoder.loss(outputs, batch)["loss"].item() == pytest.approx(expected.item())
 
 
+def test_pairs_cut_the_passage_first_and_a_query_longer_than_the_limit(cross_encoder):
+    collator = cross_encoder.make_collator()  # max_length 32
+    tokenizer = cross_encoder.tokenizer
+    short = collator.pairs(["vitamin d"], ["bones " * 100])
+    assert short["input_ids"].shape[1] == 32
+    assert tokenizer.decode(short["input_ids"][0]).startswith("[CLS] vitamin d [SEP] bones")
+    long = collator.pairs(["vitamin " * 40], ["bones " * 100])  # only_second truncation fails on this pair
+    assert long["input_ids"].shape[1] == 32
+    assert tokenizer.decode(long["input_ids"][0]).count("bones") >= 1
+
+
 def test_scores_align_with_candidates_and_resume(cross_encoder, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))

@@ -1,0 +1,74 @@
+"""eval/chain_scifact.py end to end on a tiny random DupMAE and a 50-document slice of scifact: every stage of both
+chains runs through the project's CLIs, the baselines and stages are searched over the same judged sub-corpus,
+and a second run skips everything that is done."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_qrels
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "eval"))
+
+import chain_scifact as chain  # noqa: E402
+
+TINY = ["pretrain_steps=2", "pretrain_batch=2", "pretrain_length=32", "query_length=16", "passage_length=32",
+        "steps=2", "batch=4", "ce_steps=2", "ce_batch=2", "ce_length=32", "negatives=2", "max_rank=20", "k=40",
+        "query_k=20", "corpus_docs=40", "ablation=true"]
+STAGES = ["1-stage1", "2-stage2", "3-distill"]
+
+
+@pytest.fixture(scope="module")
+def folder(shared_data, tmp_path_factory):
+    """The documents judged for 12 training queries (8 kept for training, 4 as test queries), padded to 50."""
+    source = shared_data / "beir" / "scifact"
+    qrels = dict(list(load_qrels(source / "qrels" / "train.tsv").items())[:12])
+    docs = list(iter_beir_corpus(source / "corpus.jsonl"))
+    judged = {d for labels in qrels.values() for d in labels}
+    keep = [doc for doc in docs if doc.docid in judged]
+    keep += [doc for doc in docs if doc.docid not in judged][:50 - len(keep)]
+    out = tmp_path_factory.mktemp("scifact-tiny")
+    (out / "qrels").mkdir()
+    (out / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": d.docid, "title": d.title, "text": d.text}) + "\n" for d in keep))
+    queries = load_beir_queries(source / "queries.jsonl")
+    (out / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": queries[q]}) + "\n" for q in qrels))
+    for split, qids in (("train", list(qrels)[:8]), ("test", list(qrels)[8:])):
+        (out / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+            f"{q}\t{d}\t{s}\n" for q in qids for d, s in qrels[q].items()))
+    return out
+
+
+def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_bert_dir, tmp_path):
+    output = tmp_path / "chain"
+    argv = ["--folder", str(folder), "--model", str(tiny_bert_dir), "--output", str(output), "--no-bf16",
+            "--set", *TINY]
+    chain.main(argv)
+
+    assert len(list(iter_beir_corpus(output / "corpus-40.jsonl"))) == 40
+    main = json.loads((output / "results.json").read_text())
+    ablation = json.loads((output / chain.ABLATION / "results.json").read_text())
+    assert set(main["baseline-bm25"]) == {"sparse", "eval_wall_s"}
+    assert set(main["baseline-minilm-mean"]) >= {"dense"}
+    for results in (main, ablation):
+        for stage in STAGES:
+            for mode in chain.MODES:
+                assert 0.0 <= results[stage][mode]["ndcg@10"] <= 1.0
+                assert 0.0 <= results[stage][mode]["recall@100"] <= 1.0
+    # the ablation starts from the tiny model itself and reuses the main chain's BM25 negatives and teacher
+    assert "0-pretrain" in main and "0-pretrain" not in ablation
+    assert not (output / chain.ABLATION / "1-bm25-negatives.jsonl").exists()
+    assert not (output / chain.ABLATION / "4-cross-encoder").exists()
+    soft = [json.loads(line) for line in (output / chain.ABLATION / "5-soft-labels.jsonl").read_text().splitlines()]
+    assert soft and all(len(row["negative_scores"]) == len(row["negatives"]) for row in soft)
+    table = (output / "results.md").read_text()
+    assert table.count("| DupMAE pre-training: ") == 3 and table.count("| no pre-training (ablation): ") == 3
+    assert "| BM25 flat (Pyserini) |" in table
+
+    commands = (output / "commands.log").stat().st_size
+    chain.main(argv)  # everything done: nothing runs again, the results are unchanged
+    assert (output / "commands.log").stat().st_size == commands
+    assert json.loads((output / "results.json").read_text()) == main
