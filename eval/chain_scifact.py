@@ -63,6 +63,7 @@ class Config:
     lr: float = 2e-5  # fine-tuning stages
     ce_steps: int = 300  # the cross-encoder (teacher): a new head on MiniLM needs more steps than the bi-encoder
     ce_lr: float = 3e-5
+    calibrate_teacher: bool = True  # distillation at the student's score scale (retromae_ir/finetune/calibration.py)
     evaluate_pretrained: bool = True  # also encode and evaluate the pre-trained checkpoint before fine-tuning
     ablation: bool = True  # also run the chain from the starting model without DupMAE pre-training
     k: int = 384
@@ -181,10 +182,11 @@ class Chain:
 
     def finetune(self, name: str, stage: str, card: Path, train: Path, group: int) -> Path:
         out = self.output / name
+        calibrate = ["--calibrate-teacher"] if stage == "distill" and self.config.calibrate_teacher else []
         self.timed(name, out / "card.yaml", lambda: command(
             "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), "--train", str(train),
             "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(self.config.batch),
-            "--lr", str(self.config.lr), *self.flags(out, self.config.steps), log_file=self.log_file))
+            "--lr", str(self.config.lr), *calibrate, *self.flags(out, self.config.steps), log_file=self.log_file))
         return out / "card.yaml"
 
     def cross_encoder(self, negatives: Path) -> Path:

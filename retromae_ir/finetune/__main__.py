@@ -12,6 +12,7 @@ from pathlib import Path
 
 from retromae_ir.encode.cards import load_card
 from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments, LossArguments, ModelArguments
+from retromae_ir.finetune.calibration import calibrated_teacher_temperature
 from retromae_ir.finetune.data import load_examples
 from retromae_ir.finetune.model import BiEncoder, load_encoder
 from retromae_ir.finetune.trainer import FinetuneTrainer
@@ -35,6 +36,9 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
     resume_point(training.output, training.resume)
     examples = load_examples(data, need_scores=loss.distill)
     model = BiEncoder(load_encoder(card, training.seed), data, loss)
+    if loss.distill and loss.calibrate_teacher:
+        loss = dataclasses.replace(loss, teacher_temperature=calibrated_teacher_temperature(model, examples))
+        model.loss_args = loss
 
     def reload(checkpoint: Path) -> BiEncoder:
         return BiEncoder(load_encoder(dataclasses.replace(card, checkpoint=str(checkpoint))), data, loss)

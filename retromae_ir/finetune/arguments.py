@@ -60,6 +60,10 @@ class LossArguments:
     teacher_temperature: float = field(default=1.0, metadata={"help": "distill: teacher softmax temperature"})
     hard_label_weight: float = field(default=0.0, metadata={
         "help": "distill: weight of an added Eq. 14 contrastive term on the hard labels (0: pure Eq. 15)"})
+    calibrate_teacher: bool = field(default=False, metadata={
+        "help": "distill: set --teacher-temperature to the teacher's median group score spread over the start "
+                "model's, so the soft labels ask for the teacher's ranking at the student's own score scale "
+                "(retromae_ir/finetune/calibration.py)"})
 
     def __post_init__(self):
         if self.stage not in STAGES:
