@@ -5,9 +5,10 @@ Both sides run in one invocation, same backbone (the packaged all-MiniLM-L6-v2),
 1. the machine's matmul ceiling (fp32, bf16), measured here;
 2. encode throughput on the first ``--encode-docs`` documents: the loop of ``python -m pyserini.encode``
    (AutoDocumentEncoder, CLS, batches of 64 in corpus order) vs our EncoderModel with the dense-only card and with
-   the DupMAE card (what ``python -m retromae_ir.encode corpus`` runs), interleaved in one process, best of
-   ``--rounds``; also as a fraction of the fp32 ceiling (FLOPs from the real token counts);
-3. bf16 vs fp32 on the same documents: cosine of the dense vectors, overlap of the sparse top-k;
+   the DupMAE card (what ``python -m retromae_ir.encode corpus`` runs), each in fp32 and int8
+   (``--dtype int8``), interleaved in one process, best of ``--rounds``; also as a fraction of the fp32
+   ceiling (FLOPs from the real token counts);
+3. bf16 and int8 vs fp32 on the same documents: cosine of the dense vectors, overlap of the sparse top-k;
 4. search on an index of ``--index`` (a ``retromae_ir.encode corpus`` output): queries/s of our exact hybrid,
    Pyserini's HybridSearcher (faiss + impact, pre-encoded queries) and faiss alone; how often each hybrid's
    top-10 equals brute force's (Eq. 12 over every document) and recall@10 of the exact ranking; nDCG@10;
@@ -87,6 +88,7 @@ def encode_benchmark(args) -> dict:
     texts = write_corpora(args.corpus, args.work, args.encode_docs)[2]
     pyserini = AutoDocumentEncoder(minilm, device="cpu", pooling="cls")
     ours = {name: EncoderModel.from_card(name, device="cpu", bf16=False) for name in ("minilm-cls", "dupmae-minilm")}
+    int8 = {name: EncoderModel.from_card(name, device="cpu", bf16=False).quantize_int8() for name in ours}
 
     def pyserini_encode():  # the loop of `python -m pyserini.encode`: batches of 64 in corpus order
         for start in range(0, len(texts), 64):
@@ -95,7 +97,10 @@ def encode_benchmark(args) -> dict:
     systems = {"pyserini.encode AutoDocumentEncoder (CLS, dense)": (pyserini_encode, False),
                "retromae_ir minilm-cls (dense)": (lambda: ours["minilm-cls"].encode_passage(texts, 64), False),
                "retromae_ir dupmae-minilm (dense + sparse)": (lambda: ours["dupmae-minilm"].encode_passage(texts, 64),
-                                                              True)}
+                                                              True),
+               "retromae_ir minilm-cls int8 (dense)": (lambda: int8["minilm-cls"].encode_passage(texts, 64), False),
+               "retromae_ir dupmae-minilm int8 (dense + sparse)": (
+                   lambda: int8["dupmae-minilm"].encode_passage(texts, 64), True)}
     best = {name: float("inf") for name in systems}
     ceiling = 0.0
     for round_ in range(args.rounds):
@@ -118,26 +123,30 @@ def encode_benchmark(args) -> dict:
     return results
 
 
-def bf16_quality(args) -> dict:
-    """Dense cosine and sparse top-k overlap of bf16 autocast against fp32, on the same documents."""
+def precision_quality(args) -> dict:
+    """Dense cosine and sparse top-k overlap of bf16 autocast and of int8 against fp32, on the same documents."""
     from retromae_ir.encode import EncoderModel
 
     texts = write_corpora(args.corpus, args.work, args.bf16_docs)[2]
-    fp32 = EncoderModel.from_card("dupmae-minilm", device="cpu", bf16=False)
-    bf16 = EncoderModel.from_card("dupmae-minilm", device="cpu", bf16=True)
-    timings = {}
-    outputs = {}
-    for name, model in (("fp32", fp32), ("bf16", bf16)):
+    models = {"fp32": EncoderModel.from_card("dupmae-minilm", device="cpu", bf16=False),
+              "bf16": EncoderModel.from_card("dupmae-minilm", device="cpu", bf16=True),
+              "int8": EncoderModel.from_card("dupmae-minilm", device="cpu", bf16=False).quantize_int8()}
+    timings, outputs = {}, {}
+    for name, model in models.items():
         start = time.perf_counter()
         outputs[name] = model.encode_passage(texts, batch_size=16)
         timings[name] = len(texts) / (time.perf_counter() - start)
-    a, b = outputs["fp32"], outputs["bf16"]
-    cosine = (a.dense * b.dense).sum(1) / np.linalg.norm(a.dense, axis=1) / np.linalg.norm(b.dense, axis=1)
-    overlap = [len(set(a.sparse[i].indices) & set(b.sparse[i].indices)) / max(1, a.sparse[i].nnz)
-               for i in range(len(texts))]
-    return {"docs": len(texts), "dense_cosine_min": float(cosine.min()), "dense_cosine_mean": float(cosine.mean()),
-            "sparse_topk_overlap_min": float(min(overlap)), "sparse_topk_overlap_mean": float(np.mean(overlap)),
-            "docs_per_s": timings}
+    results = {"docs": len(texts), "docs_per_s": timings}
+    a = outputs["fp32"]
+    for name in ("bf16", "int8"):
+        b = outputs[name]
+        cosine = (a.dense * b.dense).sum(1) / np.linalg.norm(a.dense, axis=1) / np.linalg.norm(b.dense, axis=1)
+        overlap = [len(set(a.sparse[i].indices) & set(b.sparse[i].indices)) / max(1, a.sparse[i].nnz)
+                   for i in range(len(texts))]
+        results[name] = {"dense_cosine_min": float(cosine.min()), "dense_cosine_mean": float(cosine.mean()),
+                         "sparse_topk_overlap_min": float(min(overlap)),
+                         "sparse_topk_overlap_mean": float(np.mean(overlap))}
+    return results
 
 
 def search_benchmark(args) -> dict:
@@ -222,18 +231,18 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--encode-docs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2, help="encode rounds; the best of each is kept")
-    parser.add_argument("--bf16-docs", type=int, default=64)
+    parser.add_argument("--bf16-docs", type=int, default=64, help="documents of the bf16 / int8 quality check")
     parser.add_argument("--candidates", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--skip", nargs="*", default=[], choices=["encode", "bf16", "search"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["encode", "precision", "search"])
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     results = {"threads": args.threads, "ceiling_gflops": matmul_ceiling(args.threads)}
     print(json.dumps(results), flush=True)
     if "encode" not in args.skip:
         results["encode"] = encode_benchmark(args)
-    if "bf16" not in args.skip:
-        results["bf16"] = bf16_quality(args)
-        print(json.dumps(results["bf16"]), flush=True)
+    if "precision" not in args.skip:
+        results["precision"] = precision_quality(args)
+        print(json.dumps(results["precision"]), flush=True)
     if "search" not in args.skip:
         results["search"] = search_benchmark(args)
     results["sizes"] = index_sizes(args.index)

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-DTYPES = ("auto", "bf16", "fp32")
+DTYPES = ("auto", "bf16", "fp32", "int8")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -16,9 +16,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, type=Path, help="output directory")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     parser.add_argument("--dtype", choices=DTYPES, default="auto",
-                        help="bf16 autocast or fp32; auto = bf16 where the hardware runs it natively (a GPU that "
-                             "has it, a CPU with AVX512_BF16/AMX), else fp32 (AVX2-only CPUs emulate bf16 and run it "
-                             "slower; cosine to fp32 measured in docs/encoders.md)")
+                        help="bf16 autocast, fp32, or int8 (dynamic quantisation of the linear layers, CPU only); "
+                             "auto = bf16 where the hardware runs it natively (a GPU that has it, a CPU with "
+                             "AVX512_BF16/AMX), else fp32 (AVX2-only CPUs emulate bf16 and run it slower; speed and "
+                             "quality of each against fp32 in docs/encoders.md)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--output", required=True, type=Path)
     merge.add_argument("--shard-num", type=int, required=True)
     merge.add_argument("--threads", type=int, default=1, help="Lucene indexing threads")
+    merge.add_argument("--int8", action="store_true", help="the shards were encoded with --dtype int8")
     queries = sub.add_parser("queries", help="pre-encode topics (Pyserini's embedding.pkl and sparse.jsonl)")
     _common(queries)
     queries.add_argument("--topics", required=True, type=Path, help="topics file (TSV, .gz, JSONL or TREC)")
@@ -54,7 +56,8 @@ def _model(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     bf16 = None if args.dtype == "auto" else args.dtype == "bf16"
-    return EncoderModel.from_card(args.encoder, device=args.device, bf16=bf16)
+    model = EncoderModel.from_card(args.encoder, device=args.device, bf16=bf16)
+    return model.quantize_int8() if args.dtype == "int8" else model
 
 
 def _vocab(card) -> list[str]:
@@ -91,7 +94,7 @@ def run_corpus(args) -> None:
     encode_shard(model, docids, texts, args.output, shard_id, shard_num, args.chunk_size, args.batch_size)
     if shard_num == 1:
         merge(args.output, model.card, model.vocab, 1, args.threads or 1, extra={"corpus": str(path),
-                                                                              "bf16": model.bf16})
+                                                                              "bf16": model.bf16}, int8=model.int8)
     else:
         logging.info("shard %d of %d done; run `merge --shard-num %d` once all are", shard_id, shard_num, shard_num)
 
@@ -112,7 +115,7 @@ def main(argv=None) -> int:
         from retromae_ir.encode.corpus import merge
 
         card = load_card(args.encoder)
-        merge(args.output, card, _vocab(card), args.shard_num, args.threads)
+        merge(args.output, card, _vocab(card), args.shard_num, args.threads, int8=args.int8)
     else:
         from retromae_ir.data.readers import load_topics
         from retromae_ir.encode.queries import encode_queries

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,7 @@ class EncoderModel(torch.nn.Module):
         self.tokenizer = tokenizer
         self.projection = projection
         self.bf16 = False
+        self.int8 = False
         self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
 
     @classmethod
@@ -77,6 +79,21 @@ class EncoderModel(torch.nn.Module):
         model = model.to(device).eval()
         model.bf16 = bf16 if bf16 is not None else bf16_is_fast(model.device)
         return model
+
+    def quantize_int8(self) -> "EncoderModel":
+        """Dynamic int8 quantisation of every ``nn.Linear`` (int8 weights, activations quantised per batch), in
+        place: the reduced-precision path of CPUs without native bf16 (AVX2). Speed and retrieval quality
+        against fp32 are measured in docs/encoders.md."""
+        if self.device.type != "cpu":
+            raise ValueError(f"int8 dynamic quantisation runs on the CPU only, not {self.device}; use bf16 there")
+        from torch.ao.quantization import quantize_dynamic
+
+        with warnings.catch_warnings():  # torch 2.13 marks eager-mode quantisation deprecated (moving to torchao)
+            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            quantize_dynamic(self, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        self.int8 = True
+        return self
 
     @classmethod
     def from_checkpoint(cls, card: EncoderCard) -> "EncoderModel":

@@ -54,8 +54,9 @@ def shard_range(total: int, shard_id: int, shard_num: int) -> tuple[int, int]:
     return total * shard_id // shard_num, total * (shard_id + 1) // shard_num
 
 
-def work_dir(output: Path, card: EncoderCard, shard_num: int) -> Path:
-    sources = json.dumps([card.fingerprint(), card.weight_digests()], sort_keys=True)
+def work_dir(output: Path, card: EncoderCard, shard_num: int, int8: bool = False) -> Path:
+    """Chunks are resumed only onto chunks of the same card, weights and precision."""
+    sources = json.dumps([card.fingerprint(), card.weight_digests()] + (["int8"] if int8 else []), sort_keys=True)
     return Path(output) / WORK / f"{hashlib.sha256(sources.encode()).hexdigest()[:16]}-of-{shard_num}"
 
 
@@ -63,7 +64,7 @@ def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard
                  chunk_size: int = 4096, batch_size: int = 64) -> Path:
     """Encode this shard's chunks that are not on disk yet; mark the shard done. Returns the shard folder."""
     start, end = shard_range(len(docids), shard_id, shard_num)
-    folder = work_dir(output, model.card, shard_num) / f"shard-{shard_id}"
+    folder = work_dir(output, model.card, shard_num, model.int8) / f"shard-{shard_id}"
     folder.mkdir(parents=True, exist_ok=True)
     _check_same_slice(folder, docids[start:end])
     chunks = range(start, end, chunk_size)
@@ -97,8 +98,8 @@ def _check_same_slice(folder: Path, docids: list[str]) -> None:
             json.dump({"documents": len(docids), "docids_sha256": digest}, out)
 
 
-def _load_shards(output: Path, card: EncoderCard, shard_num: int):
-    root = work_dir(output, card, shard_num)
+def _load_shards(output: Path, card: EncoderCard, shard_num: int, int8: bool):
+    root = work_dir(output, card, shard_num, int8)
     docids, dense, sparse = [], [], []
     for shard_id in range(shard_num):
         folder = root / f"shard-{shard_id}"
@@ -119,12 +120,13 @@ def _load_shards(output: Path, card: EncoderCard, shard_num: int):
 
 
 def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_num: int = 1, threads: int = 1,
-          extra: dict | None = None) -> Path:
-    """Join the shards into DIR/dense and DIR/sparse, build the Lucene impact index, write the manifest."""
+          extra: dict | None = None, int8: bool = False) -> Path:
+    """Join the shards (encoded in int8 or not) into DIR/dense and DIR/sparse, build the Lucene impact index,
+    write the manifest."""
     import faiss
 
     output = Path(output)
-    docids, dense, sparse = _load_shards(output, card, shard_num)
+    docids, dense, sparse = _load_shards(output, card, shard_num, int8)
     if dense.shape[1] != card.dims:
         raise IndexMismatchError(f"encoded vectors have {dense.shape[1]} dimensions, the card says {card.dims}")
     with atomic_dir(output / "dense") as tmp:
@@ -133,7 +135,7 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
         faiss.write_index(index, str(tmp / "index"))
         (tmp / "docid").write_text("".join(f"{docid}\n" for docid in docids))
     parts = ["dense"]
-    fields = {"documents": len(docids), "shards": shard_num, **(extra or {})}
+    fields = {"documents": len(docids), "shards": shard_num, "int8": int8, **(extra or {})}
     if sparse is not None:
         with atomic_dir(output / "sparse") as tmp:
             write_sparse(tmp, card, vocab, docids, sparse, threads)

@@ -28,20 +28,21 @@ class EncoderRetriever:
     """``retrieve(corpus, index_name, queries)`` over ``index_root/<card>/<index_name>``."""
 
     def __init__(self, card, mode: str | None = None, index_root: Path = Path("indexes"), hits: int = 1000,
-                 batch_size: int = 64, threads: int = 2, bf16: bool | None = None):
+                 batch_size: int = 64, threads: int = 2, bf16: bool | None = None, int8: bool = False):
         self.card = load_card(card)
         self.mode = mode or default_mode(self.card)
         if self.mode != "dense" and not self.card.sparse:
             raise ValueError(f"card {self.card.name!r} is dense-only: --search {self.mode} needs a sparse side")
         self.name = retriever_name(self.card, self.mode)
         self.index_root = Path(index_root)
-        self.hits, self.batch_size, self.threads, self.bf16 = hits, batch_size, threads, bf16
+        self.hits, self.batch_size, self.threads, self.bf16, self.int8 = hits, batch_size, threads, bf16, int8
 
     @cached_property
     def model(self):
         from retromae_ir.encode import EncoderModel
 
-        return EncoderModel.from_card(self.card, bf16=self.bf16)
+        model = EncoderModel.from_card(self.card, bf16=self.bf16)
+        return model.quantize_int8() if self.int8 else model
 
     def source_digests(self, corpus: Path) -> dict[str, str]:
         """What an index is built from: the corpus bytes and, for a local checkpoint, its weight files (a card
@@ -54,8 +55,8 @@ class EncoderRetriever:
         if not manifest.is_file():
             return False
         data = json.loads(manifest.read_text())
-        return data.get("fingerprint") == self.card.fingerprint() and all(
-            data.get(key) == value for key, value in digests.items())
+        return (data.get("fingerprint") == self.card.fingerprint() and data.get("int8", False) == self.int8
+                and all(data.get(key) == value for key, value in digests.items()))
 
     def build_index(self, corpus: Path, index_name: str) -> Path:
         """Encode ``corpus`` into faiss + Lucene impact indexes, unless an index of it with this card exists."""
@@ -68,7 +69,8 @@ class EncoderRetriever:
             return index_dir
         docids, texts = read_corpus(corpus)
         encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
-        merge(index_dir, self.card, self.model.vocab, threads=self.threads, extra={"corpus": str(corpus), **digests})
+        merge(index_dir, self.card, self.model.vocab, threads=self.threads, extra={"corpus": str(corpus), **digests},
+              int8=self.int8)
         return index_dir
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:

@@ -134,3 +134,19 @@ def test_dense_kinds_have_no_sparse_side(tiny_bert_dir, tmp_path):
     assert encoded.sparse is None
     np.testing.assert_allclose(np.linalg.norm(encoded.dense, axis=1), 1.0, atol=1e-5)
     assert load_card(model.card).sparse is False
+
+
+def test_int8_quantises_every_linear_layer_and_keeps_the_representation_close(tiny_card, tiny_model):
+    model = EncoderModel.from_card(tiny_card, device="cpu").quantize_int8()
+    assert model.int8 and not any(type(m) is torch.nn.Linear for m in model.modules())
+    texts = TEXTS[:2] + TEXTS[3:]
+    fp32, int8 = tiny_model.encode_passage(texts), model.encode_passage(texts)
+    cosine = (fp32.dense * int8.dense).sum(1) / np.linalg.norm(fp32.dense, axis=1) / np.linalg.norm(int8.dense, axis=1)
+    assert cosine.min() > 0.9
+    assert int8.sparse.shape == fp32.sparse.shape and (np.diff(int8.sparse.indptr) <= 8).all()
+
+
+def test_int8_refuses_a_gpu_model(tiny_card):
+    model = EncoderModel.from_card(tiny_card, device="meta")
+    with pytest.raises(ValueError, match="CPU only, not meta"):
+        model.quantize_int8()

@@ -49,3 +49,21 @@ def test_retrained_checkpoint_is_encoded_again(tmp_path, tiny_bert_dir, monkeypa
     EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1).build_index(CORPUS, "handful")
     assert calls == [1]
     assert not np.allclose(dense_vectors(index_dir), before)
+
+
+@pytest.mark.jvm
+def test_int8_and_fp32_indexes_are_not_reused_for_each_other(tmp_path, tiny_bert_dir, monkeypatch):
+    import json
+
+    import retromae_ir.encode.corpus as corpus
+
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: dupmae\ndims: 32\nk: 16\nmax_passage_length: 32\n")
+    calls = []
+    original = corpus.encode_shard
+    monkeypatch.setattr(corpus, "encode_shard", lambda *a, **k: calls.append(a[0].int8) or original(*a, **k))
+    for int8 in (False, True, True, False):
+        index_dir = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, int8=int8).build_index(
+            CORPUS, "handful")
+        assert json.loads((index_dir / "manifest.json").read_text())["int8"] is int8
+    assert calls == [False, True, False]  # the second int8 build reused the int8 index, no other reuse
