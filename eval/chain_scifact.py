@@ -2,7 +2,8 @@
 -> soft labels -> distillation; every fine-tuned checkpoint encoded once and searched dense-only, sparse-only and
 hybrid (exact Eq. 12) on the test split; then the same chain without DupMAE pre-training (the ablation).
 
-    .venv/bin/python eval/chain_scifact.py                      # quick: ~15 min, a 1000-document sub-corpus
+    .venv/bin/python eval/chain_scifact.py                      # quick: a 1000-document sub-corpus, no ablation
+    .venv/bin/python eval/chain_scifact.py --set ablation=true  # ... and the chain without pre-training
     .venv/bin/python eval/chain_scifact.py --config short       # the whole corpus, short training (~1.5 h on 2 cores)
     .venv/bin/python eval/chain_scifact.py --config full        # the full one (a GPU job)
     .venv/bin/python eval/chain_scifact.py --folder DIR --model TINY_BERT --output OUT   # any BEIR-layout folder
@@ -85,7 +86,8 @@ class Config:
 CONFIGS = {
     "quick": Config(pretrain_steps=20, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=64,
                     steps=10, batch=16, group_stage1=2, group=2, negatives=3, max_rank=100, ce_length=64,
-                    ce_batch=8, lr=1e-4, ce_steps=60, ce_lr=1e-4, evaluate_pretrained=False, corpus_docs=1000),
+                    ce_batch=8, lr=1e-4, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False, ablation=False,
+                    corpus_docs=1000),
     "short": Config(pretrain_steps=40, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=128,
                     steps=25, batch=16, group_stage1=2, group=2, negatives=3, max_rank=100, ce_length=128,
                     ce_batch=8, lr=5e-5, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False),
