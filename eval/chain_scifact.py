@@ -61,7 +61,8 @@ class Config:
     max_rank: int
     ce_length: int
     ce_batch: int
-    lr: float = 2e-5  # fine-tuning stages
+    lr: float = 2e-5  # fine-tuning stages 1 and 2
+    distill_lr: float = 2e-5  # distillation starts from a tuned stage 2: at 1e-4 its dense side collapsed (quick)
     ce_steps: int = 300  # the cross-encoder (teacher): a new head on MiniLM needs more steps than the bi-encoder
     ce_lr: float = 3e-5
     calibrate_teacher: bool = True  # distillation at the student's score scale (retromae_ir/finetune/calibration.py)
@@ -86,11 +87,11 @@ class Config:
 CONFIGS = {
     "quick": Config(pretrain_steps=20, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=64,
                     steps=10, batch=16, group_stage1=2, group=2, negatives=3, max_rank=100, ce_length=64,
-                    ce_batch=8, lr=1e-4, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False, ablation=False,
+                    ce_batch=8, lr=1e-4, distill_lr=2e-5, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False, ablation=False,
                     corpus_docs=1000),
     "short": Config(pretrain_steps=40, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=128,
                     steps=25, batch=16, group_stage1=2, group=2, negatives=3, max_rank=100, ce_length=128,
-                    ce_batch=8, lr=5e-5, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False),
+                    ce_batch=8, lr=5e-5, distill_lr=5e-5, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False),
     "full": Config(pretrain_steps=1300, pretrain_batch=16, pretrain_length=256, query_length=64, passage_length=256,
                    steps=300, batch=32, group_stage1=2, group=8, negatives=15, max_rank=200, ce_length=256,
                    ce_batch=16),
@@ -184,11 +185,13 @@ class Chain:
 
     def finetune(self, name: str, stage: str, card: Path, train: Path, group: int) -> Path:
         out = self.output / name
-        calibrate = ["--calibrate-teacher"] if stage == "distill" and self.config.calibrate_teacher else []
+        c, distill = self.config, stage == "distill"
+        calibrate = ["--calibrate-teacher"] if distill and c.calibrate_teacher else []
         self.timed(name, out / "card.yaml", lambda: command(
             "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), "--train", str(train),
-            "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(self.config.batch),
-            "--lr", str(self.config.lr), *calibrate, *self.flags(out, self.config.steps), log_file=self.log_file))
+            "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(c.batch),
+            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *self.flags(out, c.steps),
+            log_file=self.log_file))
         return out / "card.yaml"
 
     def cross_encoder(self, negatives: Path) -> Path:
