@@ -176,8 +176,8 @@ def load_examples(data, need_scores: bool = False) -> list[TrainExample]:
 
 def check_teacher_spread(examples: Sequence[TrainExample], source, min_spread: float = 0.1) -> float:
     """Median over queries of (max - min) teacher score; below ``min_spread`` the soft labels are close to uniform
-    and distillation pulls every student score together (measured: a quick teacher whose loss stayed at ln 2
-    spread 0.026 and the student collapsed, docs/finetuning.md), so warn before training."""
+    and distillation pulls every student score together (measured: the short chain's first teacher, whose loss
+    stayed at ln 2, spread 0.026 and the student collapsed, docs/finetuning.md), so warn before training."""
     spreads = sorted(max(e.positive_scores + e.negative_scores) - min(e.positive_scores + e.negative_scores)
                      for e in examples)
     median = spreads[len(spreads) // 2]
