@@ -19,17 +19,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from retromae_ir.data.readers import load_qrels, load_topics  # noqa: E402
 from retromae_ir.evaluate import evaluate_run  # noqa: E402
+from retromae_ir.evaluate.beir_suite import judged_queries  # noqa: E402
 from retromae_ir.search.retriever import EncoderRetriever  # noqa: E402
 
 METRICS = ("ndcg@10", "recall@100")
 
 
-def measure(card: str, modes: list[str], folder: Path, index_root: Path, name: str, int8: bool) -> dict:
-    qrels = load_qrels(folder / "qrels" / "test.tsv")
-    topics = load_topics(folder / "queries.jsonl")
-    queries = {q: topics[q] for q in qrels}
+def measure(card: str, modes: list[str], folder: Path, index_root: Path, name: str, int8: bool,
+            test: tuple[dict[str, str], dict[str, dict[str, int]]]) -> dict:
+    queries, qrels = test
     index_name = f"{name}-int8" if int8 else name
     retrievers = {mode: EncoderRetriever(card, mode=mode, index_root=index_root, hits=100, bf16=False, int8=int8)
                   for mode in modes}
@@ -54,10 +53,10 @@ def main(argv=None) -> int:
     from retromae_ir.encode.cards import load_card
 
     modes = args.modes or (["dense", "sparse", "hybrid"] if load_card(args.encoder).sparse else ["dense"])
-    results = {"encoder": args.encoder, "folder": str(args.folder)}
+    results, test = {"encoder": args.encoder, "folder": str(args.folder)}, judged_queries(args.folder, "test")
     for precision in ("fp32", "int8"):
         results[precision] = measure(args.encoder, modes, args.folder, args.index_root, args.index_name,
-                                     precision == "int8")
+                                     precision == "int8", test)
         print(precision, json.dumps(results[precision]), flush=True)
     if args.output:
         args.output.write_text(json.dumps(results, indent=2))

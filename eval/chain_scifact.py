@@ -23,6 +23,7 @@ import logging
 import subprocess
 import sys
 import time
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -218,16 +219,20 @@ class Chain:
         return {mode: EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=100, bf16=self.bf16)
                 for mode in MODES}
 
+    @cached_property
+    def test_queries(self) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+        """The test split's judged queries and qrels, read once for every evaluation."""
+        from retromae_ir.evaluate.beir_suite import judged_queries
+
+        return judged_queries(self.folder, "test")
+
     def evaluate(self, name: str, retrievers: dict) -> None:
         """Search the test queries over the chain's corpus with each mode's retriever: nDCG@10 and R@100."""
         if all(mode in self.results.get(name, {}) for mode in retrievers):
             return
-        from retromae_ir.data.readers import load_qrels, load_topics
         from retromae_ir.evaluate import evaluate_run
 
-        qrels = load_qrels(self.folder / "qrels" / "test.tsv")
-        topics = load_topics(self.folder / "queries.jsonl")
-        queries = {q: topics[q] for q in qrels}
+        queries, qrels = self.test_queries
         start = time.time()
         for mode, retriever in retrievers.items():
             run = retriever.retrieve(self.corpus, self.index_name(name), queries)
