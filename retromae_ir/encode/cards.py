@@ -2,6 +2,10 @@
 
 Every command takes a card name (``encoders/<name>.yaml``) or a card path. The card's fingerprint is stored
 in each index manifest, so an index is never searched with queries encoded by a different configuration.
+
+``pooling`` and ``normalize`` left unset follow what the checkpoint declares (sentence-transformers'
+``modules.json``, see :mod:`retromae_ir.encode.declared`), else the family's default ([CLS], no normalisation);
+an explicit value always wins. ``sparse_weight`` is Eq. 12's weight of the OT side against the dense side.
 """
 from __future__ import annotations
 
@@ -34,12 +38,13 @@ class EncoderCard:
     checkpoint: str
     kind: str
     dims: int
-    pooling: str = ""
-    normalize: bool = False
+    pooling: str = ""  # "": declared by the checkpoint, else the kind's default
+    normalize: bool | None = None  # None: declared by the checkpoint, else False
     k: int | None = 384
     query_k: int | None = None
     activation: str = "log1p_relu"
     scale: float = 100.0
+    sparse_weight: float = 1.0  # lambda in score = dense . dense + lambda * OT . OT (representation.py)
     max_query_length: int = 64
     max_passage_length: int = 256
     description: str = ""
@@ -47,8 +52,7 @@ class EncoderCard:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise CardError(f"card {self.name!r}: unknown kind {self.kind!r}; choose one of {sorted(KINDS)}")
-        if not self.pooling:
-            object.__setattr__(self, "pooling", KINDS[self.kind][0])
+        self._resolve_declared()
         from retromae_ir.encode.representation import ACTIVATIONS
 
         checks = [
@@ -58,11 +62,27 @@ class EncoderCard:
             (self.query_k is None or self.query_k > 0, f"query_k must be positive or null, got {self.query_k}"),
             (self.activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}"),
             (self.scale > 0, f"scale must be positive, got {self.scale}"),
+            (self.sparse_weight > 0, f"sparse_weight must be positive, got {self.sparse_weight}"),
             (self.max_query_length > 0 and self.max_passage_length > 0, "max lengths must be positive"),
         ]
         for ok, message in checks:
             if not ok:
                 raise CardError(f"card {self.name!r}: {message}")
+
+    def _resolve_declared(self) -> None:
+        """Fill an unset pooling / normalize from the checkpoint's declaration, else the kind's defaults."""
+        if self.pooling and self.normalize is not None:
+            return
+        from retromae_ir.encode.declared import DeclarationError, declared_pipeline
+
+        try:
+            declared = declared_pipeline(self.checkpoint_path())
+        except (DeclarationError, OSError, ValueError) as exc:
+            raise CardError(f"card {self.name!r}: {exc}") from None
+        if not self.pooling:
+            object.__setattr__(self, "pooling", declared.pooling or KINDS[self.kind][0])
+        if self.normalize is None:
+            object.__setattr__(self, "normalize", bool(declared.normalize))
 
     @property
     def sparse(self) -> bool:

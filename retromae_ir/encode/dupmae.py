@@ -41,5 +41,6 @@ class DupMAEEncoderModel(EncoderModel):
         hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         dense = self._dense(pool(hidden, attention_mask, self.card.pooling))
         tokens = ordinary_token_mask(input_ids, attention_mask, self.special_ids)
-        sparse = sparse_representation(max_pool_logits(self.lm_head, hidden, tokens), self.card.activation)
+        sparse = sparse_representation(max_pool_logits(self.lm_head, hidden, tokens), self.card.activation,
+                                       self.card.sparse_weight)
         return dense, top_k(sparse, k)

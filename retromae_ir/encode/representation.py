@@ -3,9 +3,16 @@
 One function per step so training and inference cannot drift apart:
 - ``dense_representation``: the [CLS] (or mean-pooled) hidden state times ``W_cls`` (Eq. 10);
 - ``sparse_representation``: LM-head logits of the ordinary tokens, max-pooled over positions and passed
-  through a non-negative activation (Eq. 6-7, with the activation the paper leaves unspecified);
+  through a non-negative activation (Eq. 6-7, with the activation the paper leaves unspecified), times
+  sqrt(lambda), the card's ``sparse_weight``;
 - ``top_k``: Eq. 11's sparsification; ``quantize`` the integer impacts Lucene stores;
 - ``score``: Eq. 12, dense dot plus sparse dot.
+
+The weight lambda of the OT side in Eq. 12 is folded into the vectors as sqrt(lambda) on each side, so
+``q_dense . d_dense + q_ot . d_ot`` already *is* ``dense + lambda * sparse``: every consumer (training, brute force,
+the exact hybrid searcher, the Lucene impacts) scores with the same weight without knowing it. It matters once the
+dense side is a cosine (a normalised checkpoint such as all-MiniLM-L6-v2): raw OT dots of the identity head are
+tens, a cosine at most 1, and an unweighted sum would be the sparse side alone.
 
 The activations are monotone non-decreasing, so activating the max-pooled logits equals max-pooling the
 activated logits; pooling first keeps memory at [B, V] instead of [B, L, V] after the head.
@@ -65,9 +72,10 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, chu
     return torch.cat(rows)
 
 
-def sparse_representation(pooled_logits: torch.Tensor, activation_name: str) -> torch.Tensor:
-    """Non-negative OT vector [B, V] from max-pooled logits."""
-    return activation(activation_name)(pooled_logits.float())
+def sparse_representation(pooled_logits: torch.Tensor, activation_name: str, weight: float = 1.0) -> torch.Tensor:
+    """Non-negative OT vector [B, V] from max-pooled logits, scaled by sqrt(``weight``) (Eq. 12's lambda)."""
+    out = activation(activation_name)(pooled_logits.float())
+    return out if weight == 1.0 else out * weight ** 0.5
 
 
 def top_k(weights: torch.Tensor, k: int | None) -> torch.Tensor:

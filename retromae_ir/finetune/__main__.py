@@ -37,7 +37,8 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
     examples = load_examples(data, need_scores=loss.distill)
     model = BiEncoder(load_encoder(card, training.seed), data, loss)
     if loss.distill and loss.calibrate_teacher:
-        loss = dataclasses.replace(loss, teacher_temperature=calibrated_teacher_temperature(model, examples))
+        loss = dataclasses.replace(model.loss_args,
+                                   teacher_temperature=calibrated_teacher_temperature(model, examples))
         model.loss_args = loss
 
     def reload(checkpoint: Path) -> BiEncoder:

@@ -1,7 +1,7 @@
 """Fine-tuning options as dataclasses (``transformers.HfArgumentParser`` turns the fields into flags).
 
 The optimisation options extend pre-training's ``TrainingArguments`` (same trainer), with fine-tuning defaults
-(the RetroMAE MS MARCO recipe: lr 2e-5, temperature 1, dot product) and gradient caching in place of plain
+(the RetroMAE MS MARCO recipe: lr 2e-5; temperature 1 for a dot product, 0.05 for a cosine) and gradient caching in place of plain
 accumulation, which would shrink the pool of in-batch negatives.
 """
 from __future__ import annotations
@@ -56,7 +56,9 @@ class DataArguments:
 class LossArguments:
     stage: str = field(default="1", metadata={
         "help": "1: in-batch (+ BM25) negatives, Eq. 13; 2: mined hard negatives, Eq. 14; distill: Eq. 15"})
-    temperature: float = field(default=1.0, metadata={"help": "scores are divided by it (official RetroMAE: 1)"})
+    temperature: float | None = field(default=None, metadata={
+        "help": "scores are divided by it. Default: 0.05 when the card's dense side is normalised (a cosine in "
+                "[-1, 1], sentence-transformers' scale 20), 1 for raw dot products (the official RetroMAE recipe)"})
     teacher_temperature: float = field(default=1.0, metadata={"help": "distill: teacher softmax temperature"})
     hard_label_weight: float = field(default=0.0, metadata={
         "help": "distill: weight of an added Eq. 14 contrastive term on the hard labels (0: pure Eq. 15)"})
@@ -68,7 +70,8 @@ class LossArguments:
     def __post_init__(self):
         if self.stage not in STAGES:
             raise ValueError(f"--stage must be one of {STAGES}, got {self.stage!r}")
-        if self.temperature <= 0 or self.teacher_temperature <= 0 or self.hard_label_weight < 0:
+        if (self.temperature is not None and self.temperature <= 0) or self.teacher_temperature <= 0 \
+                or self.hard_label_weight < 0:
             raise ValueError("temperatures must be > 0 and --hard-label-weight >= 0")
 
     @property

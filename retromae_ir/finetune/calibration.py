@@ -28,7 +28,8 @@ def median_spread(scores: torch.Tensor) -> float:
 @torch.no_grad()
 def calibrated_teacher_temperature(model, examples: Sequence[TrainExample], groups: int = 256,
                                    batch_size: int = 16, seed: int = 0) -> float:
-    """Teacher spread / student spread (median within-group max - min) over the first ``groups`` examples'
+    """Teacher spread / student logit spread (median within-group max - min, the student's scores divided by its
+    temperature) over the first ``groups`` examples'
     groups, scored by ``model`` (a distillation ``BiEncoder``) in eval mode with seeded group sampling, so the
     value is the same on every process and on resume."""
     collator, training = model.make_collator(), model.training
@@ -43,7 +44,8 @@ def calibrated_teacher_temperature(model, examples: Sequence[TrainExample], grou
     student_spread, teacher_spread = median_spread(torch.cat(student)), median_spread(torch.cat(teacher))
     if student_spread <= 0:
         raise ValueError("cannot calibrate the teacher temperature: the student scores every group's passages alike")
-    temperature = teacher_spread / student_spread
+    # the student's softmax sees scores / its own temperature: match the teacher's spread to that
+    temperature = teacher_spread * model.loss_args.temperature / student_spread
     logger.info("teacher temperature calibrated to %.4g: median group spread teacher %.4g, student %.4g",
                 temperature, teacher_spread, student_spread)
     return temperature

@@ -14,6 +14,17 @@ import torch
 import torch.nn.functional as F
 
 
+COSINE_TEMPERATURE = 0.05  # sentence-transformers' MultipleNegativesRankingLoss scale 20
+
+
+def default_temperature(card) -> float:
+    """The softmax temperature that suits the card's score scale. A cosine lies in [-1, 1]: at temperature 1 the
+    softmax over a batch is nearly uniform and the loss barely moves, so it is sharpened to 0.05. A raw dot product
+    is left as it is (1), the official RetroMAE recipe. The OT side's weight (``sparse_weight``) is part of the
+    representation, not of this temperature, so it stays the same in retrieval."""
+    return COSINE_TEMPERATURE if card.normalize else 1.0
+
+
 def group_columns(queries: int, group_size: int, device=None) -> torch.Tensor:
     """[Q, G] column indices of each query's own group in the [Q, Q*G] score matrix."""
     return (torch.arange(queries, device=device).unsqueeze(1) * group_size

@@ -23,7 +23,7 @@ from retromae_ir.encode.cards import EncoderCard
 from retromae_ir.encode.representation import score
 from retromae_ir.finetune.arguments import DataArguments, LossArguments
 from retromae_ir.finetune.data import GroupCollator
-from retromae_ir.finetune.losses import contrastive_loss, distillation_loss
+from retromae_ir.finetune.losses import contrastive_loss, default_temperature, distillation_loss
 from retromae_ir.io import atomic_write
 from retromae_ir.pretrain.contrastive import gather_with_grad
 
@@ -73,6 +73,8 @@ class BiEncoder(torch.nn.Module):
         super().__init__()
         self.encoder = encoder
         self.data = data
+        if loss.temperature is None:
+            loss = dataclasses.replace(loss, temperature=default_temperature(encoder.card))
         self.loss_args = loss
         self.name = f"{encoder.card.kind} stage {loss.stage}"
 

@@ -1,0 +1,80 @@
+"""What a sentence-transformers checkpoint declares about its own pipeline.
+
+A checkpoint trained with sentence-transformers names its pooling (``1_Pooling/config.json``) and whether it
+L2-normalises (a ``Normalize`` module in ``modules.json``). An encoder card that leaves ``pooling`` or
+``normalize`` unset follows that declaration, so all-MiniLM-L6-v2 is read with the mean pooling and cosine it was
+trained for (nDCG@10 0.6451 on scifact, against 0.5175 with [CLS]); a checkpoint that declares nothing (a BERT-style
+MLM checkpoint, the papers' case) keeps its family's default. Files are looked up in a local directory, then in
+the Hugging Face cache, then downloaded (unless ``HF_HUB_OFFLINE`` is set); a checkpoint that cannot be reached
+declares nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+MODULES = "modules.json"
+POOLING_TYPE = "sentence_transformers.models.Pooling"
+NORMALIZE_TYPE = "sentence_transformers.models.Normalize"
+# 1_Pooling/config.json flag -> our pooling name; other modes (max, mean_sqrt_len, ...) have no equivalent here
+POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+
+
+class DeclarationError(ValueError):
+    """The checkpoint declares a pipeline this toolkit cannot reproduce."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    pooling: str | None = None  # None: not declared
+    normalize: bool | None = None
+
+
+def declared_pipeline(checkpoint: str) -> Declared:
+    """The pooling and normalisation ``checkpoint`` (a local directory or a hub name) declares."""
+    modules_file = _find(checkpoint, MODULES)
+    if modules_file is None:
+        return Declared()
+    modules = json.loads(Path(modules_file).read_text())
+    types = {module.get("type"): module.get("path", "") for module in modules}
+    normalize = NORMALIZE_TYPE in types
+    if POOLING_TYPE not in types:
+        return Declared(normalize=normalize)
+    config_name = f"{types[POOLING_TYPE]}/config.json".lstrip("/")
+    config_file = _find(checkpoint, config_name)
+    if config_file is None:
+        return Declared(normalize=normalize)
+    return Declared(_pooling(json.loads(Path(config_file).read_text()), config_file), normalize)
+
+
+def _pooling(config: dict, where: str | os.PathLike) -> str:
+    modes = [flag for flag, on in config.items() if flag.startswith("pooling_mode_") and on]
+    if len(modes) != 1 or modes[0] not in POOLING_FLAGS:
+        raise DeclarationError(f"{where}: pooling {modes} has no equivalent here (cls or mean); set 'pooling:' in "
+                               "the encoder card explicitly")
+    return POOLING_FLAGS[modes[0]]
+
+
+def _find(checkpoint: str, filename: str) -> str | None:
+    """``filename`` of a local checkpoint directory, else of a hub checkpoint (cache first, then download)."""
+    local = Path(checkpoint)
+    if local.is_dir():
+        return str(local / filename) if (local / filename).is_file() else None
+    if local.is_absolute() or checkpoint.count("/") != 1:
+        return None  # neither a directory nor a hub name (owner/name)
+    try:
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+        cached = try_to_load_from_cache(checkpoint, filename)
+        if isinstance(cached, str):
+            return cached
+        if cached is not None or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
+            return None  # cached as missing, or offline
+        return hf_hub_download(checkpoint, filename)
+    except Exception as exc:  # noqa: BLE001 - an unreachable hub means "declares nothing", not a failure
+        logger.debug("%s: no %s (%s)", checkpoint, filename, exc)
+        return None

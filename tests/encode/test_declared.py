@@ -1,0 +1,74 @@
+"""A card without ``pooling`` / ``normalize`` follows what a sentence-transformers checkpoint declares."""
+import json
+import shutil
+
+import pytest
+
+from retromae_ir.encode.cards import CardError, EncoderCard, load_card
+
+
+def st_checkpoint(base, folder, pooling_flags: dict, normalize: bool):
+    """A copy of ``base`` laid out as sentence-transformers saves it (modules.json, 1_Pooling/config.json)."""
+    shutil.copytree(base, folder)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    flags = {"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **flags,
+                                                                  **pooling_flags}))
+    return folder
+
+
+def card(checkpoint, **fields):
+    return EncoderCard(name="t", checkpoint=str(checkpoint), kind=fields.pop("kind", "dupmae"), dims=32, **fields)
+
+
+def test_declared_mean_pooling_and_normalisation_are_followed(tiny_bert_dir, tmp_path):
+    st = st_checkpoint(tiny_bert_dir, tmp_path / "st", {"pooling_mode_mean_tokens": True}, normalize=True)
+    resolved = card(st)
+    assert (resolved.pooling, resolved.normalize) == ("mean", True)
+
+
+def test_an_explicit_card_value_wins(tiny_bert_dir, tmp_path):
+    st = st_checkpoint(tiny_bert_dir, tmp_path / "st", {"pooling_mode_mean_tokens": True}, normalize=True)
+    resolved = card(st, pooling="cls", normalize=False)
+    assert (resolved.pooling, resolved.normalize) == ("cls", False)
+
+
+def test_a_checkpoint_declaring_nothing_keeps_the_family_default(tiny_bert_dir):
+    for kind, pooling in (("dupmae", "cls"), ("mean-dense", "mean"), ("retromae", "cls")):
+        resolved = card(tiny_bert_dir, kind=kind)
+        assert (resolved.pooling, resolved.normalize) == (pooling, False)
+
+
+def test_declared_cls_without_normalize(tiny_bert_dir, tmp_path):
+    st = st_checkpoint(tiny_bert_dir, tmp_path / "st", {"pooling_mode_cls_token": True}, normalize=False)
+    assert (card(st).pooling, card(st).normalize) == ("cls", False)
+
+
+def test_a_pooling_we_cannot_reproduce_is_a_clear_error(tiny_bert_dir, tmp_path):
+    st = st_checkpoint(tiny_bert_dir, tmp_path / "st", {"pooling_mode_max_tokens": True}, normalize=False)
+    with pytest.raises(CardError, match=r"1_Pooling/config.json.*pooling_mode_max_tokens.*'pooling:'"):
+        card(st)
+
+
+def test_packaged_minilm_is_read_with_its_own_mean_pooling_and_cosine():
+    minilm = load_card("dupmae-minilm")
+    assert (minilm.pooling, minilm.normalize) == ("mean", True)
+    assert (load_card("minilm-cls").pooling, load_card("minilm-cls").normalize) == ("cls", False)
+
+
+def test_hub_name_resolves_through_the_offline_cache(tiny_bert_dir, tmp_path, monkeypatch):
+    """A hub name (owner/name) is looked up in the Hugging Face cache layout with the hub offline."""
+    snapshot = tmp_path / "hub" / "models--someone--st-model" / "snapshots" / "abc123"
+    st_checkpoint(tiny_bert_dir, snapshot, {"pooling_mode_mean_tokens": True}, normalize=True)
+    (tmp_path / "hub" / "models--someone--st-model" / "refs").mkdir()
+    (tmp_path / "hub" / "models--someone--st-model" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    resolved = card("someone/st-model")
+    assert (resolved.pooling, resolved.normalize) == ("mean", True)
+    assert card("someone/not-cached").pooling == "cls"  # offline and not cached: declares nothing

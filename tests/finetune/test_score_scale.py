@@ -1,0 +1,61 @@
+"""The chosen score scale: the OT side's weight lives in the representation, the temperature follows the dense side."""
+import dataclasses
+
+import pytest
+import torch
+
+from retromae_ir.encode.representation import score
+from retromae_ir.finetune.arguments import DataArguments, LossArguments
+from retromae_ir.finetune.losses import contrastive_loss, default_temperature
+from retromae_ir.finetune.model import BiEncoder, load_encoder
+from tiny import EXAMPLES, tiny_card
+
+
+def represent(checkpoint, **fields):
+    encoder = load_encoder(dataclasses.replace(tiny_card(checkpoint), **fields), seed=0).eval()
+    batch = encoder.tokenizer(["cells divide by mitosis", "vitamin d helps calcium uptake"], padding=True,
+                              return_tensors="pt")
+    with torch.no_grad():
+        return encoder.represent(batch["input_ids"], batch["attention_mask"], 40)
+
+
+def test_sparse_weight_scales_the_ot_vector_by_its_square_root(tiny_bert_dir):
+    dense_1, sparse_1 = represent(tiny_bert_dir)
+    dense_w, sparse_w = represent(tiny_bert_dir, sparse_weight=0.04)
+    torch.testing.assert_close(dense_w, dense_1)
+    torch.testing.assert_close(sparse_w, 0.2 * sparse_1)
+
+
+def test_eq12_with_the_weight_is_dense_plus_lambda_sparse(tiny_bert_dir):
+    dense_1, sparse_1 = represent(tiny_bert_dir)
+    dense_w, sparse_w = represent(tiny_bert_dir, sparse_weight=0.04)
+    expected = dense_1 @ dense_1.T + 0.04 * (sparse_1 @ sparse_1.T)
+    torch.testing.assert_close(score(dense_w, dense_w, sparse_w, sparse_w), expected)
+
+
+def test_normalised_dense_side_is_a_cosine(tiny_bert_dir):
+    dense, _ = represent(tiny_bert_dir, normalize=True)
+    torch.testing.assert_close(dense.norm(dim=-1), torch.ones(2))
+
+
+@pytest.mark.parametrize("normalize, expected", [(True, 0.05), (False, 1.0)])
+def test_default_temperature_follows_the_dense_side(tiny_bert_dir, normalize, expected):
+    card = dataclasses.replace(tiny_card(tiny_bert_dir), normalize=normalize)
+    assert default_temperature(card) == expected
+    model = BiEncoder(load_encoder(card, seed=0), DataArguments(train="x.jsonl", group_size=3),
+                      LossArguments(stage="2")).eval()
+    assert model.loss_args.temperature == expected
+    batch = model.make_collator()(EXAMPLES, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        outputs = model(batch)
+        scores = model.scores(outputs)
+        loss = model.loss(outputs, batch)["loss"]
+    torch.testing.assert_close(loss, contrastive_loss(scores, 3, expected))
+    assert not torch.isclose(loss, contrastive_loss(scores, 3, 1.0 if normalize else 0.05))
+
+
+def test_an_explicit_temperature_wins(tiny_bert_dir):
+    card = dataclasses.replace(tiny_card(tiny_bert_dir), normalize=True)
+    model = BiEncoder(load_encoder(card, seed=0), DataArguments(train="x.jsonl", group_size=3),
+                      LossArguments(stage="2", temperature=0.5))
+    assert model.loss_args.temperature == 0.5
