@@ -2,17 +2,24 @@
 
 Every command writes to a temporary path and renames, so an interrupted or failed job never leaves a half-written
 file (or directory) where a finished one is expected; the renamed file gets the ordinary mode of the user's umask,
-not the 0600 of a temporary file. ``output_lock`` makes a second writer of the same output fail at once.
+not the 0600 of a temporary file. ``output_lock`` makes a second writer of the same output fail at once; a writer
+that holds it may remove what a killed predecessor left (``remove_stale_temporaries``). ``command_errors`` turns a
+command's expected failures into one ``error:`` line and an exit status.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
+import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
+
+logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -100,3 +107,57 @@ def output_lock(output: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             owner.unlink()
         lock.release()
+
+
+def remove_stale_temporaries(*folders: str | os.PathLike) -> list[Path]:
+    """Delete (and log) the ``.*.tmp`` files and folders ``atomic_write`` / ``atomic_dir`` left in ``folders``;
+    returns them. Only a killed writer leaves one (the writers delete theirs on any exception), so call it while
+    holding the folder's ``output_lock``: then no live writer can be in the middle of one."""
+    stale = sorted(p for folder in map(Path, folders) if folder.is_dir() for p in folder.glob(".*.tmp"))
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        logger.info("removed %s, left by an interrupted write", path)
+    return stale
+
+
+@contextlib.contextmanager
+def command_errors(*expected: type[BaseException]) -> Iterator[None]:
+    """A command's foreseen failures as one ``error: ...`` line on stderr, no traceback: exit status 2 when another
+    process holds the output (``OutputLockedError``), 1 for ``expected`` (bad arguments or input)."""
+    try:
+        yield
+    except OutputLockedError as error:
+        _exit_with(error, 2)
+    except expected as error:
+        _exit_with(error, 1)
+
+
+def _exit_with(error: BaseException, status: int) -> None:
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(status)
+
+
+def remove_stale_temporaries_of(output: str | os.PathLike) -> list[Path]:
+    """Delete (and log) the temporaries of ``output`` itself that a killed writer left beside it,
+    ``.<name>.<random>.tmp``, and no other: the folder may hold other outputs being written under their own locks.
+    (``tempfile``'s random part has no dot, so another output's names never match.)"""
+    target = Path(output)
+    name = re.compile(rf"^\.{re.escape(target.name)}\.[a-z0-9_]+\.tmp$")
+    stale = [p for p in target.parent.glob(".*.tmp") if name.match(p.name)] if target.parent.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        logger.info("removed %s, left by an interrupted write", path)
+    return stale
+
+
+@contextlib.contextmanager
+def claim_output(output: str | os.PathLike) -> Iterator[Path]:
+    """:func:`output_lock` on ``output``, then the removal of what a killed writer of it left, inside it and beside
+    it: how every command that writes an index (or another output) starts."""
+    with output_lock(output) as lock:
+        remove_stale_temporaries(output)
+        remove_stale_temporaries_of(output)
+        yield lock

@@ -2,7 +2,8 @@
 --encoder CARD (--train FILE | --queries Q --qrels R) --corpus C --output DIR [...]``.
 
 A thin CLI over ``FinetuneTrainer``: the flags are the fields of ``arguments.py``; inputs and the output directory
-are checked before the model loads. Under ``torchrun --nproc-per-node N`` it trains data-parallel with in-batch
+are checked before the model loads, and the output is locked against a second writer for the whole run. Under
+``torchrun --nproc-per-node N`` it trains data-parallel with in-batch
 negatives gathered across processes. The result, ``DIR/card.yaml``, is an encoder card for encode / search / mine.
 """
 from __future__ import annotations
@@ -16,8 +17,9 @@ from retromae_ir.finetune.calibration import calibrated_teacher_temperature
 from retromae_ir.finetune.data import load_examples
 from retromae_ir.finetune.model import BiEncoder, load_encoder
 from retromae_ir.finetune.trainer import FinetuneTrainer
+from retromae_ir.io import command_errors
 from retromae_ir.logs import setup_logging
-from retromae_ir.pretrain.trainer import resume_point
+from retromae_ir.pretrain.trainer import exclusive_run, run_identity
 
 
 def parse(argv: list[str] | None = None):
@@ -33,7 +35,13 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
     overrides = {key: value for key, value in (("checkpoint", model_args.model), ("dims", model_args.dims))
                  if value is not None}
     card = load_card(model_args.encoder, **overrides)
-    resume_point(training.output, training.resume)
+    identity = run_identity(model_args, data, loss, training, {"card": card.fingerprint()})
+    with exclusive_run(training, identity):
+        return _train(card, model_args, data, loss, training, identity)
+
+
+def _train(card, model_args: ModelArguments, data: DataArguments, loss: LossArguments,
+           training: FinetuneTrainingArguments, identity: dict) -> Path:
     examples = load_examples(data, need_scores=loss.distill)
     model = BiEncoder(load_encoder(card, training.seed), data, loss)
     if loss.distill and loss.calibrate_teacher:
@@ -45,15 +53,13 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
         return BiEncoder(load_encoder(dataclasses.replace(card, checkpoint=str(checkpoint))), data, loss)
 
     metadata = {"encoder": model_args.encoder, "start_checkpoint": card.checkpoint}
-    return FinetuneTrainer(model, examples, training, metadata, reload).train()
+    return FinetuneTrainer(model, examples, training, metadata, reload, identity).train()
 
 
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    try:
+    with command_errors(ValueError):  # bad arguments or input (DataFormatError, CardError, TrainerError)
         run(*parse(argv))
-    except ValueError as error:  # bad arguments or input (DataFormatError, CardError, TrainerError)
-        raise SystemExit(f"error: {error}") from error
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ class FinetuneTrainer(Trainer):
     job = "fine-tuning"
 
     def __init__(self, model: torch.nn.Module, examples: Sequence[Any], args, metadata: dict,
-                 reload: Callable[[Path], torch.nn.Module]):
-        super().__init__(model, examples, args, metadata)
+                 reload: Callable[[Path], torch.nn.Module], identity: dict | None = None):
+        super().__init__(model, examples, args, metadata, identity)
         self.reload = reload
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -57,7 +57,6 @@ class FinetuneTrainer(Trainer):
         if self.args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return mean_across_ranks({k: float(v) for k, v in losses.items()}, self.world_size, self.device)
 

@@ -1,8 +1,9 @@
 """``python -m retromae_ir.pretrain --method {retromae,dupmae,master} --corpus PATH --output DIR [...]``.
 
 A thin CLI: the options are the fields of the argument dataclasses (``arguments.py``, the contrastive
-options, and the chosen method's own ``Arguments``); everything is validated before any training starts.
-Under ``torchrun --nproc-per-node N`` it trains data-parallel (gloo on CPU, nccl on GPU).
+options, and the chosen method's own ``Arguments``); everything is validated before any training starts, and the
+output is locked against a second writer for the whole run. Under ``torchrun --nproc-per-node N`` it trains
+data-parallel (gloo on CPU, nccl on GPU).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from retromae_ir.pretrain.arguments import DataArguments, MaskingArguments, Mode
 from retromae_ir.pretrain.backbone import check_config, default_model
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
 from retromae_ir.pretrain.data import load_segments
-from retromae_ir.pretrain.trainer import Trainer, resume_point
+from retromae_ir.io import command_errors
+from retromae_ir.pretrain.trainer import Trainer, exclusive_run, run_identity
 
 
 def parse(argv: list[str] | None = None):
@@ -38,10 +40,16 @@ def parse(argv: list[str] | None = None):
 
 def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArguments, training: TrainingArguments,
         contrastive: ContrastiveArguments, method_args, method_cls) -> None:
-    """Validate cheaply (model type, max length, corpus file, output dir), then load, tokenise and train."""
+    """Validate cheaply (model type, max length, output dir and what it resumes), then load, tokenise and train."""
     model_name = model_args.model or default_model()
     check_config(model_name, data.max_length)
-    resume_point(training.output, training.resume)
+    identity = run_identity(model_args, data, masking, training, contrastive, method_args)
+    with exclusive_run(training, identity):
+        _train(model_name, data, masking, training, contrastive, method_args, method_cls, identity)
+
+
+def _train(model_name: str, data: DataArguments, masking: MaskingArguments, training: TrainingArguments,
+           contrastive: ContrastiveArguments, method_args, method_cls, identity: dict) -> None:
     torch.manual_seed(training.seed)  # fresh decoders / MLM heads initialise the same way every run
     if contrastive.contrastive_weight > 0:
         method_cls = with_contrastive(method_cls, contrastive)
@@ -49,13 +57,14 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     segments = load_segments(data.corpus, model.tokenizer, data.max_length, data.tokenized_cache)
     metadata = {"model": model_name, "corpus": data.corpus, "data": asdict(data),
                 "contrastive": asdict(contrastive)}
-    Trainer(model, model.make_examples(segments), training, metadata).train()
+    Trainer(model, model.make_examples(segments), training, metadata, identity).train()
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    *groups, method_cls = parse(argv)
-    run(*groups, method_cls)
+    with command_errors(ValueError):  # bad arguments or input (CorpusError, BackboneError, TrainerError...)
+        *groups, method_cls = parse(argv)
+        run(*groups, method_cls)
 
 
 if __name__ == "__main__":

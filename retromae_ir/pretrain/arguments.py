@@ -49,7 +49,10 @@ class TrainingArguments:
     bf16: bool = field(default=False, metadata={"help": "bfloat16 autocast (CPU and GPU)"})
     save_steps: int = field(default=500, metadata={"help": "checkpoint every N optimizer steps; <= 0: only at the end"})
     logging_steps: int = field(default=10, metadata={"help": "log and write the loss CSV every N steps"})
-    resume: bool = field(default=False, metadata={"help": "continue from OUTPUT/trainer_state if present"})
+    resume: bool = field(default=False, metadata={
+        "help": "continue from OUTPUT's latest checkpoint (refused if its inputs or settings differ; --max-steps may "
+                "change, the learning rate is then re-planned); with no checkpoint yet, start from step 0"})
+    overwrite: bool = field(default=False, metadata={"help": "discard a non-empty OUTPUT and start afresh"})
     seed: int = field(default=42)
     device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
 

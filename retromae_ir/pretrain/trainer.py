@@ -3,12 +3,20 @@ exact resume.
 
 Determinism is by construction: the data order of an epoch and every random draw of a micro-batch (the
 collator's masks, the model's decoder masks and dropout) are seeded from ``(seed, micro-step, rank)``. So the
-state to resume from is only model + optimizer + scheduler + step; the RNG state is re-derived, not stored.
+state to resume from is only model + optimizer + learning-rate plan + step; the RNG state is re-derived, not stored.
+
+Resume is keyed: every checkpoint records the run's identity (``run_identity``: the input files' contents and every
+argument that shapes the result; not output paths, logging or checkpoint frequency, device, nor the run length), and
+``--resume`` refuses a checkpoint whose identity differs, naming what differs. The run length may change: a run
+continued for more (or fewer) steps re-plans its learning rate (``LinearPlan``) and says so in train.log and in the
+``max_steps`` column of loss.csv. ``--overwrite`` starts afresh over an existing output instead. A command holds
+``training_lock`` on the output for the whole run, and the run first deletes the ``.*.tmp`` a killed write left.
 
 Output layout (OUTPUT = ``--output``)::
 
     OUTPUT/train.log, loss.csv, loss.png          appended / rewritten while training
-    OUTPUT/checkpoints/step-N/                    every --save-steps (last two kept), each a full checkpoint
+    OUTPUT/checkpoints/step-N/                    every --save-steps (last two kept), each a full checkpoint;
+                                                  trainer_state/run.json holds the run identity it resumes under
     OUTPUT/{config.json, model.safetensors, tokenizer files, decoders.safetensors, retromae_ir.json,
             trainer_state/}                       the final checkpoint, published when training ends
 """
@@ -17,20 +25,22 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import hashlib
+import json
 import logging
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from retromae_ir.io import atomic_dir, atomic_write
+from retromae_ir.io import atomic_dir, atomic_write, file_digest, output_lock, remove_stale_temporaries
 from retromae_ir.pretrain.arguments import TrainingArguments
 from retromae_ir.pretrain.base import PretrainModel
 
@@ -39,6 +49,13 @@ log = logging.getLogger(__name__)
 STATE_DIR = "trainer_state"
 CHECKPOINTS = "checkpoints"
 KEEP_CHECKPOINTS = 2
+IDENTITY_FILE = "run.json"
+# fields that say where to write, how often to log or save, or on what device: a resumed run may change them (the
+# run length, max_steps / epochs, may change too, see LinearPlan; gradient caching is exact, so its chunk may)
+UNKEYED = frozenset({"output", "resume", "overwrite", "save_steps", "logging_steps", "device", "max_steps", "epochs",
+                     "tokenized_cache", "grad_cache_chunk"})
+# fields naming input files: keyed by the files' contents, so a moved file still resumes and an edited one does not
+INPUT_FILES = frozenset({"corpus", "train", "queries", "qrels", "master_corpus_stats", "master_side_texts"})
 
 
 class TrainerError(ValueError):
@@ -87,18 +104,110 @@ def _epoch_order(examples: int, seed: int) -> torch.Tensor:
     return torch.randperm(examples, generator=torch.Generator().manual_seed(seed))
 
 
-def resume_point(output: Path, resume: bool) -> Path | None:
-    """The latest ``checkpoints/step-N`` to resume from (None: start fresh); refuses to train over an existing,
-    non-empty output without ``resume``. Cheap, so callers run it before loading anything. Only the main
-    process (RANK 0 under torchrun) checks emptiness: the others may look after it has started writing."""
-    output = Path(output)
-    if not resume:
-        if int(os.environ.get("RANK", "0")) == 0 and output.exists() and any(output.iterdir()):
-            raise TrainerError(f"output {output} exists and is not empty: pass --resume to continue it "
-                               "or choose a new directory")
-        return None
-    found = sorted(output.glob(f"{CHECKPOINTS}/step-*/{STATE_DIR}"), key=lambda p: int(p.parent.name[5:]))
+@dataclass
+class LinearPlan:
+    """The learning-rate factor of each optimizer step: linear warm-up over ``warmup`` steps, then linear decay to
+    0 at ``total``.
+
+    A resumed run asked for a different total keeps its warm-up length (steps already warmed are not warmed again)
+    and follows the plan for the new total from the resumed step on: its factor at every later step is the one a
+    run planned for the new total from the start would have. So continuing a finished run for more steps trains
+    at a real learning rate (not at the ~0 its old decay ended on, nor at a stale 0 from the restored optimizer),
+    and a run stopped early decays to 0 by its new end. The price is a step in the curve at the resume point (up
+    when the total grows); loss.csv's ``max_steps`` column shows where the plan changed."""
+
+    total: int
+    warmup: int
+
+    @classmethod
+    def build(cls, total: int, warmup_ratio: float) -> "LinearPlan":
+        return cls(total, int(total * warmup_ratio))
+
+    def factor(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / (self.warmup + 1)
+        return max(0.0, (self.total - step) / max(1, self.total - self.warmup))
+
+
+def run_identity(*groups: Any) -> dict:
+    """What a training result depends on, keyed by flag name: the fields of the argument dataclasses ``groups``
+    (None entries skipped) except ``UNKEYED``, with ``INPUT_FILES`` replaced by a digest of their contents, and the
+    number of processes (the data order depends on it). A checkpoint resumes only under the same identity."""
+    identity: dict[str, Any] = {"world_size": int(os.environ.get("WORLD_SIZE", "1"))}
+    for group in groups:
+        fields = asdict(group) if is_dataclass(group) else dict(group or {})
+        for name, value in fields.items():
+            if name not in UNKEYED:
+                identity[name] = _contents_key(value) if name in INPUT_FILES and value else value
+    return json.loads(json.dumps(identity, sort_keys=True, default=str))  # as it reads back from run.json
+
+
+def _contents_key(path: str) -> str:
+    """``sha256:<hex>`` of a file (a missing one is keyed by its path: the run's own check reports it)."""
+    return f"sha256:{file_digest(path)}" if Path(path).is_file() else f"missing file {path}"
+
+
+def identity_digest(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def identity_changes(saved: dict, current: dict) -> list[str]:
+    """``--flag old -> new`` for each key whose value differs (file contents shown by a digest prefix)."""
+    def show(value: Any) -> str:
+        text = str(value) if value is not None else "unset"
+        return text[:19] if text.startswith("sha256:") else text
+
+    def flag(key: str) -> str:
+        return "processes" if key == "world_size" else "--" + key.replace("_", "-")
+
+    return [f"{flag(key)} {show(saved.get(key))} -> {show(current.get(key))}"
+            for key in sorted(saved.keys() | current.keys()) if saved.get(key) != current.get(key)]
+
+
+def latest_checkpoint(output: Path) -> Path | None:
+    """The newest complete ``checkpoints/step-N`` (an interrupted write leaves only a ``.step-N.*.tmp``)."""
+    found = sorted(Path(output).glob(f"{CHECKPOINTS}/step-*/{STATE_DIR}"), key=lambda p: int(p.parent.name[5:]))
     return found[-1].parent if found else None
+
+
+def check_output(args: TrainingArguments, identity: dict) -> Path | None:
+    """The checkpoint to resume from (None: start fresh), after refusing what would mix two runs in one output:
+    a non-empty output without --resume or --overwrite, and a checkpoint trained with another identity. Cheap
+    (reads one small JSON file), so commands run it before loading anything; it changes nothing on disk. Only the
+    main process (RANK 0 under torchrun) checks emptiness: the others may look after it has started writing."""
+    output = Path(args.output)
+    if args.resume and args.overwrite:
+        raise TrainerError("--resume continues the run in --output, --overwrite discards it: give one of them")
+    if args.overwrite:
+        return None
+    if not args.resume:
+        if int(os.environ.get("RANK", "0")) == 0 and output.exists() and any(output.iterdir()):
+            raise TrainerError(f"output {output} exists and is not empty: pass --resume to continue it, --overwrite "
+                               "to discard it and start afresh, or choose a new --output")
+        return None
+    checkpoint = latest_checkpoint(output)
+    saved = read_identity(checkpoint) if checkpoint is not None else None
+    if saved is not None and saved != identity:
+        raise TrainerError(f"cannot resume {checkpoint}: it was trained with other inputs ("
+                           f"{'; '.join(identity_changes(saved, identity))}); to start afresh pass --overwrite "
+                           "(discards the old output) or choose a new --output")
+    return checkpoint
+
+
+def read_identity(checkpoint: Path) -> dict | None:
+    """The identity a checkpoint was trained under; None for one written before resume was keyed."""
+    path = Path(checkpoint) / STATE_DIR / IDENTITY_FILE
+    return json.loads(path.read_text())["identity"] if path.is_file() else None
+
+
+@contextlib.contextmanager
+def exclusive_run(args: TrainingArguments, identity: dict) -> Iterator[None]:
+    """A training command's block: ``output_lock`` on ``args.output`` held throughout (by the main process only:
+    under torchrun the other ranks write nothing, and would refuse each other), and ``check_output`` passed first."""
+    main = int(os.environ.get("RANK", "0")) == 0
+    with output_lock(args.output) if main else contextlib.nullcontext():
+        check_output(args, identity)
+        yield
 
 
 def micro_seeds(seed: int, micro: int, rank: int) -> tuple[int, int]:
@@ -112,8 +221,11 @@ class Trainer:
 
     job = "pre-training"  # the progress bar's and the loss curve's label (subclasses train other things)
 
-    def __init__(self, model: PretrainModel, examples: Sequence[Any], args: TrainingArguments, metadata: dict):
+    def __init__(self, model: PretrainModel, examples: Sequence[Any], args: TrainingArguments, metadata: dict,
+                 identity: dict | None = None):
+        """``identity``: the command's ``run_identity`` of all its arguments (default: of ``args`` alone)."""
         self.args = args
+        self.identity = identity if identity is not None else run_identity(args)
         self.output = Path(args.output)
         self.metadata = metadata
         self.rank, self.world_size = _distributed_rank_world()
@@ -126,7 +238,7 @@ class Trainer:
         self.collator = model.make_collator()
         self.wrapped = self._wrap(self.model)
         self.optimizer = _adamw(self.model, args)
-        self.scheduler = _linear_schedule(self.optimizer, self.schedule.max_steps, args.warmup_ratio)
+        self.plan = LinearPlan.build(self.schedule.max_steps, args.warmup_ratio)
         self.step = 0
         self.history: list[dict] = []
 
@@ -142,17 +254,32 @@ class Trainer:
 
     # ---- resume ----------------------------------------------------------------------------------------------
     def restore(self, checkpoint: Path) -> None:
-        """Model, optimizer, scheduler and step from ``checkpoint`` (a ``checkpoints/step-N`` directory)."""
+        """Model, optimizer, learning-rate plan and step from ``checkpoint`` (a ``checkpoints/step-N`` directory),
+        whose identity ``check_output`` has matched with this run's."""
+        if read_identity(checkpoint) is None:
+            log.warning("%s predates keyed resume: its inputs cannot be checked against this run's", checkpoint)
         state = torch.load(checkpoint / STATE_DIR / "state.pt", map_location="cpu", weights_only=False)
-        if state["world_size"] != self.world_size or state["seed"] != self.args.seed:
-            raise TrainerError(f"{checkpoint} was trained with {state['world_size']} processes and seed "
-                               f"{state['seed']}; resume with the same to get the same data order")
         self.model.load_state_dict(self.load_model(checkpoint).state_dict())
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
+        if "plan" in state:
+            self.plan = self._replanned(LinearPlan(**state["plan"]))
         self.history = [row for row in read_loss_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
         log.info("resumed from %s at step %d", checkpoint, self.step)
+
+    def _replanned(self, saved: LinearPlan) -> LinearPlan:
+        """``saved`` for this run's total (see ``LinearPlan``), refusing a total the checkpoint is already past."""
+        total = self.schedule.max_steps
+        if total == saved.total:
+            return saved
+        if self.step > total:
+            raise TrainerError(f"the checkpoint is at step {self.step}, past this run's {total} steps: ask for at "
+                               f"least {self.step} (--max-steps), or pass --overwrite to start afresh")
+        plan = replace(saved, total=total)
+        log.info("continuing with a new run length: %d optimizer steps instead of %d (same inputs); learning "
+                 "rate re-planned over %d steps (warm-up of %d kept): factor %.4f at step %d, 0 at step %d",
+                 total, saved.total, total, plan.warmup, plan.factor(self.step), self.step, total)
+        return plan
 
     def load_model(self, checkpoint: Path) -> torch.nn.Module:
         """A model of the trained kind with ``checkpoint``'s weights (subclasses override for other kinds)."""
@@ -160,9 +287,7 @@ class Trainer:
 
     # ---- training ----------------------------------------------------------------------------------------------
     def train(self) -> Path:
-        resume_from = resume_point(self.output, self.args.resume)
-        self.output.mkdir(parents=True, exist_ok=True)
-        self._setup_logging()
+        resume_from = self._prepare_output()
         if resume_from is not None:
             self.restore(resume_from)
         log.info("training %s: %d segments, %d optimizer steps (%.2f epochs), %d process(es), device %s, bf16 %s",
@@ -172,10 +297,11 @@ class Trainer:
                         desc=f"{self.job} {self.model.name}")
         self.wrapped.train()
         while self.step < self.schedule.max_steps:
-            lr = self.scheduler.get_last_lr()[0]
+            lr = self._set_learning_rate()
             terms = self.train_step()
             self.step += 1
-            self.history.append({"step": self.step, "epoch": round(self.schedule.epoch(self.step), 4), "lr": lr, **terms})
+            self.history.append({"step": self.step, "epoch": round(self.schedule.epoch(self.step), 4), "lr": lr,
+                                 "max_steps": self.plan.total, **terms})
             progress.update(1)
             progress.set_postfix(loss=f"{terms['loss']:.3f}")
             if self.is_main and self.step % max(self.args.logging_steps, 1) == 0:
@@ -190,6 +316,31 @@ class Trainer:
             log.info("final checkpoint in %s", self.output)
         _barrier(self.world_size)
         return self.output
+
+    def _prepare_output(self) -> Path | None:
+        """Check the output (``check_output``), discard it on --overwrite, start train.log, delete what a killed
+        write left; returns the checkpoint to resume from."""
+        checkpoint = check_output(self.args, self.identity)
+        discard = self.is_main and self.args.overwrite and self.output.exists() and any(self.output.iterdir())
+        if discard:
+            shutil.rmtree(self.output)
+        self.output.mkdir(parents=True, exist_ok=True)
+        self._setup_logging()
+        if discard:
+            log.info("--overwrite: discarded the previous contents of %s", self.output)
+        if self.is_main:
+            remove_stale_temporaries(self.output, self.output / CHECKPOINTS)
+        if checkpoint is None and self.args.resume:
+            log.info("--resume: no complete checkpoint in %s, nothing to resume: starting from step 0",
+                     self.output / CHECKPOINTS)
+        return checkpoint
+
+    def _set_learning_rate(self) -> float:
+        """Set every parameter group's learning rate for the coming step from the plan; returns it."""
+        lr = self.args.lr * self.plan.factor(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
 
     def train_step(self) -> dict[str, float]:
         """One optimizer step over ``grad_accum`` micro-batches; returns every loss term averaged over them
@@ -211,7 +362,6 @@ class Trainer:
         if self.args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return mean_across_ranks(totals, self.world_size, self.device)
 
@@ -228,9 +378,11 @@ class Trainer:
             with atomic_dir(path) as tmp:
                 self.model.save(tmp, self._metadata())
                 (tmp / STATE_DIR).mkdir()
-                torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                torch.save({"optimizer": self.optimizer.state_dict(), "plan": asdict(self.plan),
                             "step": self.step, "seed": self.args.seed, "world_size": self.world_size},
                            tmp / STATE_DIR / "state.pt")
+                run = {"identity": self.identity, "digest": identity_digest(self.identity), "step": self.step}
+                (tmp / STATE_DIR / IDENTITY_FILE).write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
             for old in sorted(self.output.glob(f"{CHECKPOINTS}/step-*"), key=lambda p: int(p.name[5:]))[:-KEEP_CHECKPOINTS]:
                 shutil.rmtree(old)
             self._write_curves()
@@ -245,7 +397,7 @@ class Trainer:
     def _write_curves(self) -> None:
         if not self.history:
             return
-        fields = list(self.history[0])
+        fields = list(dict.fromkeys(key for row in self.history for key in row))  # rows from before a column
         with atomic_write(self.output / "loss.csv") as handle:
             writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
             writer.writeheader()
@@ -253,12 +405,22 @@ class Trainer:
         plot_loss_curves(self.history, self.output / "loss.png", title=f"{self.model.name} {self.job}")
 
     def _setup_logging(self) -> None:
+        """Append the package's log to train.log, replacing the handler an earlier run in this process added (two
+        would write every line twice)."""
         if not self.is_main:
             return
+        package = logging.getLogger("retromae_ir")
+        for old in [h for h in package.handlers if getattr(h, "train_log", False)]:
+            package.removeHandler(old)
+            old.close()
         handler = logging.FileHandler(self.output / "train.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger("retromae_ir").addHandler(handler)
-        logging.getLogger("retromae_ir").setLevel(logging.INFO)
+        handler.train_log = True
+        package.addHandler(handler)
+        package.setLevel(logging.INFO)
+
+
+PLAN_COLUMNS = ("step", "epoch", "lr", "max_steps")  # loss.csv's columns that are not loss terms
 
 
 def plot_loss_curves(history: list[dict], path: Path, title: str) -> None:
@@ -269,7 +431,7 @@ def plot_loss_curves(history: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     steps = [row["step"] for row in history]
-    names = [k for k in history[0] if k not in ("step", "epoch", "lr")]
+    names = [k for k in history[0] if k not in PLAN_COLUMNS]
     fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3), squeeze=False)
     for axis, name in zip(axes[0], names):
         values = [float(row[name]) for row in history]
@@ -308,17 +470,6 @@ def _adamw(model: torch.nn.Module, args: TrainingArguments) -> torch.optim.Optim
                               {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
 
 
-def _linear_schedule(optimizer, total: int, warmup_ratio: float):
-    warmup = int(total * warmup_ratio)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 def _distributed_rank_world() -> tuple[int, int]:
     """(rank, world size); starts the process group under torchrun (nccl on GPU, gloo on CPU)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -343,9 +494,12 @@ def _barrier(world_size: int) -> None:
 
 
 def read_loss_csv(path: Path) -> list[dict]:
+    """loss.csv's rows: steps as int, other cells as float (a column added after a row was written is left out of
+    that row)."""
     if not path.is_file():
         return []
     with open(path, newline="") as handle:
-        return [{k: (float(v) if k != "step" else int(v)) for k, v in row.items()} for row in csv.DictReader(handle)]
+        return [{k: int(v) if k in ("step", "max_steps") else float(v) for k, v in row.items() if v != ""}
+                for row in csv.DictReader(handle)]
 
 

@@ -1,10 +1,12 @@
 """``python -m retromae_ir.rerank train --train NEG.jsonl --corpus C --output DIR [...]`` trains the cross-encoder
 on the stage-2 groups; ``python -m retromae_ir.rerank score --model DIR --input NEG.jsonl --corpus C --output
-SCORED.jsonl`` adds its soft labels for ``python -m retromae_ir.finetune --stage distill``."""
+SCORED.jsonl`` adds its soft labels for ``python -m retromae_ir.finetune --stage distill``. Either output is locked
+against a second writer while the command runs."""
 from __future__ import annotations
 
 import sys
 
+from retromae_ir.io import command_errors, output_lock
 from retromae_ir.logs import setup_logging
 
 COMMANDS = ("train", "score")
@@ -14,14 +16,21 @@ def train(argv: list[str]):
     from transformers import HfArgumentParser
 
     from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments
-    from retromae_ir.finetune.data import load_examples
-    from retromae_ir.finetune.trainer import FinetuneTrainer
-    from retromae_ir.pretrain.trainer import resume_point
-    from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
+    from retromae_ir.pretrain.trainer import exclusive_run, run_identity
+    from retromae_ir.rerank.model import CrossEncoderArguments
 
     model_args, data, training = HfArgumentParser(
         [CrossEncoderArguments, DataArguments, FinetuneTrainingArguments]).parse_args_into_dataclasses(argv)
-    resume_point(training.output, training.resume)
+    identity = run_identity({"method": "cross-encoder"}, model_args, data, training)
+    with exclusive_run(training, identity):
+        return _train(model_args, data, training, identity)
+
+
+def _train(model_args, data, training, identity: dict):
+    from retromae_ir.finetune.data import load_examples
+    from retromae_ir.finetune.trainer import FinetuneTrainer
+    from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
+
     examples = load_examples(data)
     model = CrossEncoder.load(model_args, data.group_size, training.seed)
 
@@ -29,7 +38,7 @@ def train(argv: list[str]):
         return CrossEncoder.load(CrossEncoderArguments(str(checkpoint), model_args.max_length), data.group_size)
 
     metadata = {"model": model_args.model or "packaged all-MiniLM-L6-v2", "train": data.train}
-    return FinetuneTrainer(model, examples, training, metadata, reload).train()
+    return FinetuneTrainer(model, examples, training, metadata, reload, identity).train()
 
 
 def score(argv: list[str]):
@@ -44,7 +53,8 @@ def score(argv: list[str]):
     model = CrossEncoder.load(model_args)
     if args.device:
         model.to(args.device)
-    return score_file(model, args)
+    with output_lock(args.output):
+        return score_file(model, args)
 
 
 def main(argv: list[str] | None = None):
@@ -53,10 +63,8 @@ def main(argv: list[str] | None = None):
         raise SystemExit(f"usage: python -m retromae_ir.rerank {{{','.join(COMMANDS)}}} [options] (-h for help)\n\n"
                          + __doc__)
     setup_logging()
-    try:
+    with command_errors(ValueError):  # bad arguments or input (DataFormatError, TrainerError)
         return {"train": train, "score": score}[argv[0]](argv[1:])
-    except ValueError as error:  # bad arguments or input (DataFormatError, TrainerError)
-        raise SystemExit(f"error: {error}") from error
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 WORDS = ("protein cell gene tissue neuron virus enzyme lipid membrane receptor signal pathway expression "
          "mutation therapy patient cohort trial dose response").split()
 
@@ -18,3 +20,13 @@ def write_corpus(path: Path, docs: int = 24, length: int = 14) -> Path:
         for i in range(docs):
             handle.write(json.dumps({"_id": f"d{i}", "title": f"title {i}", "text": sentence(i, length)}) + "\n")
     return path
+
+
+def refused(main, argv: list[str], capsys, status: int = 1) -> str:
+    """Run a command's ``main``, expecting its one-line ``error:`` exit with ``status`` and no traceback; returns
+    the line."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == status and "Traceback" not in err and "error: " in err, err
+    return err[err.rindex("error: "):].strip()
