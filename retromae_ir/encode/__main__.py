@@ -3,10 +3,16 @@ join shards, or pre-encode topics for Pyserini's searchers. ``--encoder`` takes 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
+from typing import Iterator
+
+from retromae_ir.io import claim_output, command_errors
+from retromae_ir.logs import FORMAT as LOG_FORMAT
 
 DTYPES = ("auto", "bf16", "fp32", "int8")
 
@@ -36,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     corpus.add_argument("--shard-id", type=int, default=None, help="default: $RANK under torchrun, else 0")
     corpus.add_argument("--shard-num", type=int, default=None, help="default: $WORLD_SIZE under torchrun, else 1")
     corpus.add_argument("--chunk-size", type=int, default=4096, help="documents per resumable chunk")
+    corpus.add_argument("--overwrite", action="store_true",
+                        help="remove the output (its index and the chunks kept for resuming) and encode afresh")
     merge = sub.add_parser("merge", help="join finished shards into the indexes and write the manifest")
     merge.add_argument("--encoder", required=True)
     merge.add_argument("--output", required=True, type=Path)
@@ -91,36 +99,78 @@ def run_corpus(args) -> None:
     shard_id, shard_num = args.shard_id, args.shard_num
     docids, texts = read_corpus(path)
     model = _model(args)
-    encode_shard(model, docids, texts, args.output, shard_id, shard_num, args.chunk_size, args.batch_size)
+    folder = encode_shard(model, docids, texts, args.output, shard_id, shard_num, args.chunk_size, args.batch_size)
     if shard_num == 1:
         merge(args.output, model.card, model.vocab, 1, args.threads or 1, extra={"corpus": str(path),
-                                                                              "bf16": model.bf16}, int8=model.int8)
+                                                                              "bf16": model.bf16}, work=folder.parent)
     else:
         logging.info("shard %d of %d done; run `merge --shard-num %d` once all are", shard_id, shard_num, shard_num)
 
 
+def run_merge(args) -> None:
+    from retromae_ir.encode.cards import load_card
+    from retromae_ir.encode.corpus import merge
+
+    card = load_card(args.encoder)
+    merge(args.output, card, _vocab(card), args.shard_num, args.threads, int8=args.int8)
+
+
+def run_queries(args) -> None:
+    from retromae_ir.data.readers import load_topics
+    from retromae_ir.encode.queries import encode_queries
+
+    encode_queries(_model(args), load_topics(args.topics), args.output, args.batch_size)
+
+
+def _log_name(args) -> str:
+    if args.command == "corpus" and args.shard_num > 1:
+        return f"corpus-shard-{args.shard_id}-of-{args.shard_num}.log"
+    return f"{args.command}.log"
+
+
+@contextlib.contextmanager
+def _writing(args) -> Iterator[None]:
+    """Hold the output's lock (one shard of several locks only its own folder: shards run side by side), start
+    afresh on --overwrite, log to a file in the output, and remove an output this run created if it fails before
+    any vector is written, so a failed command leaves nothing that looks like a result."""
+    sharded = args.command == "corpus" and args.shard_num > 1
+    if sharded and args.overwrite:
+        raise ValueError("--overwrite removes the whole output, which the other shards share: remove it before "
+                         "starting the shards instead")
+    with contextlib.nullcontext() if sharded else claim_output(args.output):
+        if getattr(args, "overwrite", False) and args.output.exists():
+            logging.info("--overwrite: removing %s", args.output)
+            shutil.rmtree(args.output)
+        created = not args.output.exists()
+        args.output.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(args.output / _log_name(args))
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logging.getLogger().addHandler(handler)
+        try:
+            yield
+        except BaseException:
+            if created and not sharded and not _has_vectors(args.output):
+                logging.getLogger().removeHandler(handler)
+                shutil.rmtree(args.output, ignore_errors=True)
+            raise
+        finally:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+
+def _has_vectors(output: Path) -> bool:
+    """Whether any encoded vectors (chunks to resume from, indexes, encoded queries) are in ``output``."""
+    return any(output.glob(".work/*/shard-*/chunk-*.npz")) or any(
+        (output / part).exists() for part in ("dense", "sparse", "sparse.jsonl", "manifest.json"))
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    args.output.mkdir(parents=True, exist_ok=True)
-    log = args.command
     if args.command == "corpus":
         args.shard_id, args.shard_num = _shard(args)
-        log += f"-shard-{args.shard_id}-of-{args.shard_num}" if args.shard_num > 1 else ""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        handlers=[logging.StreamHandler(), logging.FileHandler(args.output / f"{log}.log")])
-    if args.command == "corpus":
-        run_corpus(args)
-    elif args.command == "merge":
-        from retromae_ir.encode.cards import load_card
-        from retromae_ir.encode.corpus import merge
-
-        card = load_card(args.encoder)
-        merge(args.output, card, _vocab(card), args.shard_num, args.threads, int8=args.int8)
-    else:
-        from retromae_ir.data.readers import load_topics
-        from retromae_ir.encode.queries import encode_queries
-
-        encode_queries(_model(args), load_topics(args.topics), args.output, args.batch_size)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    with command_errors(ValueError), _writing(args):  # ValueError: bad input, a refused mismatch (IndexMismatchError)
+        {"corpus": run_corpus, "merge": run_merge, "queries": run_queries}[args.command](args)
     print(f"wrote {args.output}")
     return 0
 

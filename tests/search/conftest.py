@@ -44,8 +44,8 @@ def handful(tmp_path_factory):
     card.write_text(CARD)
     from retromae_ir.encode.__main__ import main
 
-    main(["corpus", "--encoder", str(card), "--corpus", str(CORPUS), "--output", str(root / "index"),
-          "--chunk-size", "4"])
-    main(["queries", "--encoder", str(card), "--topics", str(TOPICS), "--output", str(root / "queries")])
+    assert main(["corpus", "--encoder", str(card), "--corpus", str(CORPUS), "--output", str(root / "index"),
+                 "--chunk-size", "4"]) == 0
+    assert main(["queries", "--encoder", str(card), "--topics", str(TOPICS), "--output", str(root / "queries")]) == 0
     expected = {line.split("\t")[0]: "d-" + line.split("\t")[0][2:] for line in TOPICS.read_text().splitlines()}
     return card, root / "index", root / "queries", TOPICS, expected

@@ -1,0 +1,36 @@
+"""Child processes that die with their parent.
+
+The Lucene indexer runs as ``python -m pyserini.index.lucene`` (its JVM stays out of this process). Killed with
+``kill -9``, a parent runs no clean-up, so the kernel has to end the child: Linux's parent-death signal
+(``prctl(PR_SET_PDEATHSIG, SIGKILL)``, set in the child between fork and exec) does. On an exception in the parent
+(Ctrl-C), ``subprocess.run`` kills the child itself.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """A ``preexec_fn`` that asks for SIGKILL when this process dies. libc is loaded here, in the parent: the
+    forked child only makes the call (loading a library after fork can deadlock in a threaded parent)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the request was made: no signal will come
+            os._exit(1)
+
+    return preexec
+
+
+def run_child(command: list[str]) -> subprocess.CompletedProcess:
+    """``subprocess.run(command)`` with its output captured, the child killed whenever this process dies."""
+    preexec = _die_with_parent() if sys.platform.startswith("linux") else None
+    return subprocess.run(command, capture_output=True, text=True, preexec_fn=preexec)
