@@ -9,7 +9,7 @@ from pathlib import Path
 
 from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST
-from retromae_ir.io import file_digest
+from retromae_ir.io import claim_output, file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -51,26 +51,31 @@ class EncoderRetriever:
         return {"corpus_sha256": file_digest(corpus), **weights}
 
     def index_is_current(self, index_dir: Path, digests: dict[str, str]) -> bool:
+        """Built by this card, weights and precision from these corpus bytes (not merely a corpus of this name)."""
+        from retromae_ir.encode.corpus import precision
+
         manifest = index_dir / MANIFEST
         if not manifest.is_file():
             return False
         data = json.loads(manifest.read_text())
-        return (data.get("fingerprint") == self.card.fingerprint() and data.get("int8", False) == self.int8
+        return (data.get("fingerprint") == self.card.fingerprint() and data.get("precision") == precision(self.model)
                 and all(data.get(key) == value for key, value in digests.items()))
 
     def build_index(self, corpus: Path, index_name: str) -> Path:
-        """Encode ``corpus`` into faiss + Lucene impact indexes, unless an index of it with this card exists."""
+        """Encode ``corpus`` into faiss + Lucene impact indexes, unless an index of it with this card exists.
+        The index folder is locked meanwhile: two suites sharing an --index-dir never write one index at once."""
         from retromae_ir.encode.corpus import encode_shard, merge, read_corpus
 
         index_dir = self.index_root / self.card.name / index_name
-        digests = self.source_digests(corpus)
-        if self.index_is_current(index_dir, digests):
-            logger.info("reusing %s index %s", self.card.name, index_dir)
-            return index_dir
-        docids, texts = read_corpus(corpus)
-        encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
-        merge(index_dir, self.card, self.model.vocab, threads=self.threads, extra={"corpus": str(corpus), **digests},
-              int8=self.int8)
+        with claim_output(index_dir):
+            digests = self.source_digests(corpus)
+            if self.index_is_current(index_dir, digests):
+                logger.info("reusing %s index %s", self.card.name, index_dir)
+                return index_dir
+            docids, texts = read_corpus(corpus)
+            folder = encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
+            merge(index_dir, self.card, self.model.vocab, threads=self.threads, work=folder.parent,
+                  extra={"corpus": str(corpus), "bf16": self.model.bf16, **digests})
         return index_dir
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
