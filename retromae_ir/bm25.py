@@ -2,13 +2,13 @@
 
 Indexing runs ``python -m pyserini.index.lucene`` in a subprocess, so the index directory appears only when
 Lucene has finished (it is built in a temporary directory and renamed) and this process' JVM stays free
-for searching. An index is reused when its manifest matches the corpus it was built from.
+for searching; the subprocess dies with this process. An index is reused when its manifest records the corpus
+bytes it was built from (size and SHA-256, not the path), and is built under the index folder's lock.
 """
 from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_corpus
-from retromae_ir.io import atomic_dir, atomic_write, file_digest
+from retromae_ir.io import atomic_dir, atomic_write, claim_output, file_digest
+from retromae_ir.process import run_child
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ class BM25Params:
 
 
 def corpus_fingerprint(corpus: Path) -> dict:
-    """Size and SHA-256 of the corpus file: enough to tell whether an index was built from it."""
+    """Size and SHA-256 of the corpus file: what tells whether an index was built from it (the path is kept for
+    the reader only: a rewritten file at the same path is another corpus, a copied one the same)."""
     return {"corpus": str(corpus.resolve()), "bytes": corpus.stat().st_size, "sha256": file_digest(corpus)}
 
 
@@ -49,33 +51,44 @@ def write_json_collection(corpus: Path, out_dir: Path) -> int:
 
 
 def index_is_current(index_dir: Path, fingerprint: dict) -> bool:
+    """Built from the same corpus bytes, wherever that file lay."""
     manifest = index_dir / MANIFEST
-    return manifest.is_file() and json.loads(manifest.read_text()).get("fingerprint") == fingerprint
+    if not manifest.is_file() or not (index_dir / "lucene").is_dir():
+        return False
+    built = json.loads(manifest.read_text()).get("fingerprint", {})
+    return all(built.get(key) == fingerprint[key] for key in ("bytes", "sha256"))
 
 
 def build_index(corpus: Path, index_dir: Path, threads: int = 2) -> Path:
-    """Build (or reuse) a Lucene BM25 index of ``corpus`` (BEIR jsonl or MS MARCO tsv) at ``index_dir``."""
+    """Build (or reuse) a Lucene BM25 index of ``corpus`` (BEIR jsonl or MS MARCO tsv) at ``index_dir``, holding
+    its lock throughout; the indexer subprocess dies with this process."""
     corpus, index_dir = Path(corpus), Path(index_dir)
-    fingerprint = corpus_fingerprint(corpus)
-    if index_is_current(index_dir, fingerprint):
-        logger.info("reusing BM25 index %s", index_dir)
-        return index_dir
-    with atomic_dir(index_dir) as tmp:
-        collection = tmp / "collection"
-        documents = write_json_collection(corpus, collection)
-        command = [sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
-                   "--input", str(collection), "--index", str(tmp / "lucene"),
-                   "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
-                   "--storePositions", "--storeDocvectors", "--storeRaw"]
-        logger.info("indexing %d documents: %s", documents, " ".join(command))
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"Lucene indexing of {corpus} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
-        (collection / "docs.jsonl").unlink()
-        collection.rmdir()
-        manifest = {"fingerprint": fingerprint, "documents": documents, "command": command[1:]}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    with claim_output(index_dir):
+        fingerprint = corpus_fingerprint(corpus)
+        if index_is_current(index_dir, fingerprint):
+            logger.info("reusing BM25 index %s", index_dir)
+            return index_dir
+        with atomic_dir(index_dir) as tmp:
+            _index_collection(corpus, tmp, threads, fingerprint)
     return index_dir
+
+
+def _index_collection(corpus: Path, folder: Path, threads: int, fingerprint: dict) -> None:
+    """``folder/lucene`` and the manifest, through a JsonCollection that is deleted once indexed."""
+    collection = folder / "collection"
+    documents = write_json_collection(corpus, collection)
+    command = [sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
+               "--input", str(collection), "--index", str(folder / "lucene"),
+               "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
+               "--storePositions", "--storeDocvectors", "--storeRaw"]
+    logger.info("indexing %d documents: %s", documents, " ".join(command))
+    result = run_child(command)
+    if result.returncode != 0:
+        raise RuntimeError(f"Lucene indexing of {corpus} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    (collection / "docs.jsonl").unlink()
+    collection.rmdir()
+    manifest = {"fingerprint": fingerprint, "documents": documents, "command": command[1:]}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 
 class BM25Searcher:
