@@ -18,7 +18,7 @@ from pathlib import Path
 
 from retromae_ir.data.readers import load_qrels, load_topics
 from retromae_ir.evaluate.metrics import ranked
-from retromae_ir.io import atomic_write
+from retromae_ir.io import atomic_write, claim_output, command_errors
 from retromae_ir.logs import setup_logging
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,12 @@ def judged_positives(qrels: dict[str, dict[str, int]], min_relevance: int) -> di
 
 
 def run(args: MiningArguments) -> Path:
+    """Mine and write ``args.output`` under its lock (a second miner of the same file is refused at once)."""
+    with claim_output(args.output):
+        return _mine_into(args)
+
+
+def _mine_into(args: MiningArguments) -> Path:
     topics = load_topics(args.queries)
     positives = judged_positives(load_qrels(args.qrels), args.min_relevance)
     missing = sorted(set(positives) - set(topics))
@@ -124,11 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import HfArgumentParser
 
     setup_logging()
-    try:
+    with command_errors(ValueError):  # bad arguments or input (DataFormatError, CardError)
         (args,) = HfArgumentParser([MiningArguments], description=__doc__).parse_args_into_dataclasses(argv)
         run(args)
-    except ValueError as error:  # bad arguments or input (DataFormatError, CardError)
-        raise SystemExit(f"error: {error}") from error
 
 
 if __name__ == "__main__":
