@@ -1,7 +1,9 @@
 """TREC DL 2019/2020 and MS MARCO dev: ``python eval/trec_dl.py (--retriever bm25 | --encoder CARD) --collection TSV``.
 
 Thin front end over :mod:`retromae_ir.evaluate.trec_dl`: writes ``runs/<retriever>/{dl19,dl20,msmarco-dev}.trec``,
-(``runs/<card>/`` for an encoder card), a results table (markdown + CSV) and a log. Run files that exist are re-scored unless ``--force``.
+(``runs/<card>/`` for an encoder card), a results table (markdown + CSV) and a log. Run files that exist are re-scored unless ``--force``;
+a run file is written only for a valid run (an empty collection or a run without hits is an error). The runs folder and
+the index folder are locked for the whole run: a second driver writing either exits at once with status 2.
 """
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 from retromae_ir.evaluate.report import format_markdown, write_table
-from retromae_ir.evaluate.retrievers import add_retriever_arguments, check_retriever_arguments, make_retriever
+from retromae_ir.evaluate.retrievers import add_retriever_arguments, check_retriever_arguments, evaluation_session
 from retromae_ir.evaluate.trec_dl import TOPIC_SETS, evaluate_topic_set
-from retromae_ir.logs import setup_logging
+from retromae_ir.io import command_errors
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,9 +40,12 @@ def main(argv=None) -> int:
         print(f"error: collection {args.collection} not found (the MS MARCO passage collection is not bundled: "
               "download collection.tsv from the MS MARCO site and pass its path)", file=sys.stderr)
         return 2
-    retriever = make_retriever(args)
-    out_dir = args.runs_dir / retriever.name
-    setup_logging(out_dir / "trec-dl.log")
+    with command_errors(ValueError, FileNotFoundError):  # bad card, empty collection, missing topic files
+        with evaluation_session(args, "trec-dl.log") as (retriever, out_dir):
+            return evaluate(args, retriever, out_dir)
+
+
+def evaluate(args: argparse.Namespace, retriever, out_dir: Path) -> int:
     rows = [{"set": name, **evaluate_topic_set(retriever, args.collection, TOPIC_SETS[name], out_dir,
                                                args.topics_dir, args.force)} for name in args.sets]
     frame = pd.DataFrame(rows)

@@ -1,9 +1,10 @@
 """The 18 BEIR datasets and where their files come from.
 
 ``resolve_beir`` finds a dataset folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv``; cqadupstack one
-such folder per subforum) in this order: the ``data_dir`` argument (a command's ``--data-dir``), ``$RETROMAE_IR_DATA``,
-the cache (``$RETROMAE_IR_CACHE``, default ``~/.cache/retromae_ir/beir``), and last BEIR's official zip, downloaded
-into the cache. Each of the first three is a folder holding ``<dataset>/``. Evaluation uses Anserini's topic and
+such folder per subforum). A ``data_dir`` argument (a command's ``--data-dir``) is the only place looked in: an explicit
+folder that lacks the dataset is an error, never silently replaced by another copy. Without it the order is
+``$RETROMAE_IR_DATA``, the cache (``$RETROMAE_IR_CACHE``, default ``~/.cache/retromae_ir/beir``), and last BEIR's
+official zip, downloaded into the cache. Each folder holds ``<dataset>/``. Evaluation uses Anserini's topic and
 qrels files (named by ``BeirPart``) so that figures match Pyserini's BEIR regressions.
 """
 from __future__ import annotations
@@ -126,10 +127,11 @@ def cache_root() -> Path:
 
 
 def candidate_roots(data_dir: str | os.PathLike | None = None) -> list[tuple[str, Path]]:
-    """The folders searched for ``<dataset>/``, in order, each with the place it came from."""
-    roots = []
+    """The folders searched for ``<dataset>/``, in order, each with the place it came from: ``data_dir`` alone when
+    given (an explicit option wins or fails, it never falls through to an environment default)."""
     if data_dir is not None:
-        roots.append(("--data-dir", Path(data_dir)))
+        return [("--data-dir", Path(data_dir))]
+    roots = []
     if os.environ.get("RETROMAE_IR_DATA"):
         roots.append(("$RETROMAE_IR_DATA", Path(os.environ["RETROMAE_IR_DATA"])))
     roots.append(("cache", cache_root()))
@@ -137,21 +139,28 @@ def candidate_roots(data_dir: str | os.PathLike | None = None) -> list[tuple[str
 
 
 def resolve_beir(name: str, data_dir: str | os.PathLike | None = None, download: bool = True) -> Path:
-    """Return the folder of BEIR dataset ``name``, downloading it into the cache when it is nowhere local."""
+    """Return the folder of BEIR dataset ``name``, downloading it into the cache when it is nowhere local (never
+    when ``data_dir`` is given: the dataset must be there)."""
     dataset = get_beir_dataset(name)
     roots = candidate_roots(data_dir)
     for origin, root in roots:
         if dataset.is_complete(root / name):
             logger.info("BEIR %s: using %s (%s)", name, root / name, origin)
             return root / name
-    if not dataset.public or not download:
-        raise DatasetUnavailable(_unavailable_message(dataset, roots))
+    if data_dir is not None or not dataset.public or not download:
+        raise DatasetUnavailable(_unavailable_message(dataset, roots, data_dir is not None))
     return download_beir(dataset, cache_root())
 
 
-def _unavailable_message(dataset: BeirDataset, roots: list[tuple[str, Path]]) -> str:
-    why = ("is not publicly downloadable (BEIR cannot redistribute it); build it with BEIR's instructions"
-           if not dataset.public else "was not found and downloading is disabled")
+def _unavailable_message(dataset: BeirDataset, roots: list[tuple[str, Path]], explicit: bool = False) -> str:
+    private = "is not publicly downloadable (BEIR cannot redistribute it); build it with BEIR's instructions"
+    if explicit:
+        (_, root), = roots
+        missing = [f for f in dataset.required_files() if not (root / dataset.name / f).is_file()]
+        return (f"BEIR dataset {dataset.name!r} is not in --data-dir {root}: {root / dataset.name / missing[0]} is "
+                f"missing{'; it ' + private if not dataset.public else ''} ($RETROMAE_IR_DATA, the cache and "
+                "downloading are not tried when --data-dir is given; leave it out to use them)")
+    why = private if not dataset.public else "was not found and downloading is disabled"
     places = "; ".join(f"{root / dataset.name} ({origin})" for origin, root in roots)
     return (f"BEIR dataset {dataset.name!r} {why}, then place {', '.join(dataset.required_files())} "
             f"in one of: {places}")

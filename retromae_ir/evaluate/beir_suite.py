@@ -2,7 +2,8 @@
 
 A retriever is anything with a ``name`` and ``retrieve(corpus, index_name, queries) -> run``; the suite
 owns everything around it (data resolution, run files, skipping finished datasets, cqadupstack averaging,
-tables), so BM25 and the neural encoders share it.
+tables), so BM25 and the neural encoders share it. A dataset that cannot give a valid result (empty corpus, no hits
+at all, malformed files) is "failed", listed with the reason, and leaves no run file to be reused.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from retromae_ir.data.readers import load_beir_queries, load_qrels
 from retromae_ir.evaluate.metrics import evaluate_run, remove_self_hits
 from retromae_ir.evaluate.references import REFERENCE_COLUMNS
 from retromae_ir.evaluate.report import write_bar_chart, write_table
-from retromae_ir.evaluate.runs import read_trec_run, write_trec_run
+from retromae_ir.evaluate.runs import cached_run, require_documents
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +37,15 @@ class Retriever(Protocol):
 @dataclass
 class DatasetResult:
     dataset: str
-    status: str  # "ok", "reused" or "missing"
+    status: str  # "ok", "reused", "missing" (not found) or "failed" (no valid result)
     metrics: dict[str, float] = field(default_factory=dict)
     queries: int = 0
     reason: str = ""
+    no_hits: int = 0  # judged queries the run has no hits for (scored 0)
+
+    @property
+    def evaluated(self) -> bool:
+        return self.status in ("ok", "reused")
 
 
 def judged_queries(folder: Path, split: str) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
@@ -63,20 +69,20 @@ class BeirSuite:
         self.force = force
         self.download = download
 
-    def run_part(self, part: BeirPart, folder: Path, drop_self_hits: bool) -> tuple[dict[str, float], int, bool]:
-        """Metrics of one part (reusing its run file unless ``force``), its query count, and whether it was reused."""
+    def run_part(self, part: BeirPart, folder: Path, drop_self_hits: bool) -> DatasetResult:
+        """One part's result, reusing its run file unless ``force``; raises ``ValueError`` when it has none."""
         queries, qrels = judged_queries(part.folder(folder), part.split)
-        run_path = self.runs_dir / f"beir-{part.name}.trec"
-        reused = run_path.is_file() and not self.force
-        if reused:
-            logger.info("%s: reusing %s (pass --force to redo)", part.name, run_path)
-            run = read_trec_run(run_path)
-        else:
-            run = self.retriever.retrieve(part.folder(folder) / "corpus.jsonl", part.name, queries)
-            if drop_self_hits:
-                run = remove_self_hits(run)
-            write_trec_run(run_path, run, tag=self.retriever.name[:12])
-        return evaluate_run(run, qrels, SUITE_METRICS), len(queries), reused
+        corpus = part.folder(folder) / "corpus.jsonl"
+        require_documents(corpus)
+
+        def retrieve():
+            run = self.retriever.retrieve(corpus, part.name, queries)
+            return remove_self_hits(run) if drop_self_hits else run
+
+        cached = cached_run(self.runs_dir / f"beir-{part.name}.trec", retrieve, queries, self.retriever.name[:12],
+                            self.force)
+        return DatasetResult(part.name, "reused" if cached.reused else "ok",
+                             evaluate_run(cached.run, qrels, SUITE_METRICS), len(queries), no_hits=len(cached.no_hits))
 
     def run_dataset(self, name: str) -> DatasetResult:
         dataset = get_beir_dataset(name)
@@ -85,11 +91,15 @@ class BeirSuite:
         except DatasetUnavailable as exc:
             logger.warning("%s: skipped: %s", name, exc)
             return DatasetResult(name, "missing", reason=str(exc))
-        parts = [self.run_part(part, folder, dataset.drop_self_hits) for part in dataset.parts]
+        try:
+            parts = [self.run_part(part, folder, dataset.drop_self_hits) for part in dataset.parts]
+        except ValueError as exc:  # EvaluationError, DataFormatError
+            logger.error("%s: failed: %s", name, exc)
+            return DatasetResult(name, "failed", reason=str(exc))
         # cqadupstack: BEIR reports the mean of its subforums' scores
-        metrics = {m: sum(p[0][m] for p in parts) / len(parts) for m in SUITE_METRICS}
-        status = "reused" if all(p[2] for p in parts) else "ok"
-        return DatasetResult(name, status, metrics, sum(p[1] for p in parts))
+        metrics = {m: sum(p.metrics[m] for p in parts) / len(parts) for m in SUITE_METRICS}
+        status = "reused" if all(p.status == "reused" for p in parts) else "ok"
+        return DatasetResult(name, status, metrics, sum(p.queries for p in parts), no_hits=sum(p.no_hits for p in parts))
 
     def run(self, names: list[str] | None = None) -> list[DatasetResult]:
         from tqdm import tqdm
@@ -98,7 +108,7 @@ class BeirSuite:
         results = []
         for name in tqdm(names, desc=f"BEIR {self.retriever.name}", unit="dataset"):
             result = self.run_dataset(name)
-            if result.status != "missing":
+            if result.evaluated:
                 logger.info("%s: %s", name, ", ".join(f"{m} {v:.4f}" for m, v in result.metrics.items()))
             results.append(result)
         return results
@@ -106,7 +116,7 @@ class BeirSuite:
 
 def results_frame(results: list[DatasetResult], retriever_name: str) -> pd.DataFrame:
     """One row per evaluated dataset plus an average row, with the published reference columns beside ours."""
-    done = [r for r in results if r.status != "missing"]
+    done = [r for r in results if r.evaluated]
     rows = [{"dataset": r.dataset, "queries": r.queries,
              **{f"{m} ({retriever_name})": r.metrics[m] for m in SUITE_METRICS},
              **{col: ref.get(r.dataset) for col, ref in REFERENCE_COLUMNS.items()}} for r in done]
@@ -120,12 +130,19 @@ def results_frame(results: list[DatasetResult], retriever_name: str) -> pd.DataF
     return frame
 
 
+def result_notes(results: list[DatasetResult]) -> list[str]:
+    """One line per dataset not evaluated (with the reason) and per dataset with judged queries left without hits."""
+    notes = [f"not evaluated: {r.dataset}: {r.reason}" for r in results if not r.evaluated]
+    return notes + [f"{r.dataset}: {r.no_hits} of {r.queries} judged queries have no hits (scored 0)"
+                    for r in results if r.evaluated and r.no_hits]
+
+
 def write_results(results: list[DatasetResult], retriever_name: str, out_dir: Path) -> pd.DataFrame:
-    """``out_dir``/beir-results.{md,csv,png}; missing datasets are listed with the reason under the table."""
+    """``out_dir``/beir-results.{md,csv,png}; datasets not evaluated are listed with the reason under the table,
+    and so are judged queries without hits."""
     frame = results_frame(results, retriever_name)
-    missing = [f"not evaluated: {r.dataset}: {r.reason}" for r in results if r.status == "missing"]
     notes = [f"nDCG@10 and R@100 on each dataset's test split; cqadupstack is the mean of its 12 subforums; "
-             "ArguAna and Quora with the query's own document removed."] + missing
+             "ArguAna and Quora with the query's own document removed."] + result_notes(results)
     if len(frame):
         write_table(frame, Path(out_dir) / "beir-results", f"BEIR: {retriever_name}", notes)
         ndcg = f"ndcg@10 ({retriever_name})"

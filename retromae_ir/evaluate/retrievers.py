@@ -1,10 +1,16 @@
-"""The retriever options every evaluation driver shares: BM25, or an encoder card with a search mode."""
+"""The retriever options every evaluation driver shares: BM25, or an encoder card with a search mode; and the
+locks a driver holds on what it writes. The options are explicit: ``--encoder`` names a card (a missing one is an
+error, see ``load_card``) and ``--index-dir`` is where indexes go; no environment variable replaces either."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
+from typing import Iterator
 
 from retromae_ir.bm25 import BM25Params, BM25Retriever
+from retromae_ir.io import claim_output
+from retromae_ir.logs import setup_logging
 
 
 def add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,3 +41,16 @@ def make_retriever(args: argparse.Namespace):
         return EncoderRetriever(args.encoder, args.search, args.index_dir, batch_size=args.batch_size,
                                 threads=args.threads, bf16=args.bf16 or None)
     return BM25Retriever(args.index_dir / "bm25", BM25Params(args.k1, args.b), args.threads)
+
+
+@contextlib.contextmanager
+def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tuple[object, Path]]:
+    """A driver's set-up: the retriever of ``args`` and its runs folder ``RUNS_DIR/<retriever>/`` (the run files,
+    i.e. the evaluation cache), locked for the whole block so a second driver writing it fails at once, logging to
+    ``<runs folder>/<log_name>``; ``claim_output`` deletes the ``.*.tmp`` a killed run-file write left. (Each index is
+    locked by the code that builds it, see ``bm25.build_index`` and ``EncoderRetriever.build_index``.)"""
+    retriever = make_retriever(args)
+    out_dir = args.runs_dir / retriever.name
+    with claim_output(out_dir):
+        setup_logging(out_dir / log_name)
+        yield retriever, out_dir

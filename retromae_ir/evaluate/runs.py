@@ -1,21 +1,31 @@
-"""TREC run files (``qid Q0 docid rank score tag``): a deterministic atomic writer, a validating reader.
+"""TREC run files (``qid Q0 docid rank score tag``): a deterministic atomic writer, a validating reader, and the
+run cache the evaluation drivers share.
 
 The writer keeps the top ``k`` hits per topic in ``ranked`` order (score descending, docid ascending), writes
 topics in sorted qid order and scores in Python's shortest exact form, so the same run always gives the same bytes
 and reading it back gives the same scores. The validator is the reader: it rejects a run trec_eval would misread.
+``cached_run`` writes a run file only for a run that passed ``checked_run`` (hits for at least one query; the judged
+queries without any are reported), so a failed retrieval is never reused as a result.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable
 
-from retromae_ir.data.readers import DataFormatError, iter_lines
+from retromae_ir.data.readers import DataFormatError, iter_corpus, iter_lines
 from retromae_ir.evaluate.metrics import Run, ranked
 from retromae_ir.io import atomic_write
 
 MAX_DEPTH = 1000
+logger = logging.getLogger(__name__)
+
+
+class EvaluationError(ValueError):
+    """An evaluation that cannot give a valid result: an empty corpus, a retriever that found nothing."""
 
 
 def write_trec_run(path: str | os.PathLike, run: Run, tag: str, k: int = MAX_DEPTH) -> Path:
@@ -133,3 +143,55 @@ def run_violations(path: str | os.PathLike, max_depth: int = MAX_DEPTH) -> tuple
     violations: list[str] = []
     run, summary = _parse_run(Path(path), max_depth, violations.append)
     return run, summary, violations
+
+
+@dataclass
+class CachedRun:
+    run: Run
+    reused: bool
+    no_hits: list[str]  # judged queries the run has no hits for (they score 0)
+
+
+def require_documents(corpus: str | os.PathLike) -> None:
+    """Refuse an empty corpus: retrieving from it would give (and cache) an index of nothing and a run of nothing."""
+    if next(iter(iter_corpus(corpus)), None) is None:
+        raise EvaluationError(f"{corpus}: the corpus holds no documents, so there is nothing to retrieve or score")
+
+
+def checked_run(run: Run, queries: int, where: str) -> Run:
+    """``run`` without its empty topics; refuses a run without any hit for its ``queries`` judged queries."""
+    kept = {qid: hits for qid, hits in run.items() if hits}
+    if not kept:
+        raise EvaluationError(f"{where}: no hits for any of the {queries} judged queries; not a result to score or keep")
+    return kept
+
+
+def cached_run(path: str | os.PathLike, retrieve: Callable[[], Run], queries: Iterable[str], tag: str,
+               force: bool = False) -> CachedRun:
+    """The run in ``path`` unless ``force`` (or it is not usable, see ``_reusable``); else ``retrieve()``'s, written
+    to ``path`` atomically once it has passed ``checked_run``. Judged queries without hits are logged and returned."""
+    path, queries = Path(path), list(queries)
+    run = None if force else _reusable(path, len(queries))
+    reused = run is not None
+    if run is None:
+        run = checked_run(retrieve(), len(queries), f"{path.name}: retrieval")
+        write_trec_run(path, run, tag)
+    no_hits = sorted(set(queries) - set(run))
+    if no_hits:
+        logger.warning("%s: %d of %d judged queries have no hits (they score 0), e.g. %s", path, len(no_hits),
+                       len(queries), no_hits[0])
+    return CachedRun(run, reused, no_hits)
+
+
+def _reusable(path: Path, queries: int) -> Run | None:
+    """The run in ``path`` if it exists and passes the reader and ``checked_run``; a file that does not (e.g. the
+    empty run an older version cached after a failed retrieval) is reported and redone, not scored."""
+    if not path.is_file():
+        return None
+    try:
+        run = checked_run(read_trec_run(path), queries, str(path))
+    except ValueError as error:  # DataFormatError, EvaluationError
+        logger.warning("%s is not a usable run (%s): retrieving again", path, error)
+        return None
+    logger.info("reusing %s (pass --force to redo)", path)
+    return run

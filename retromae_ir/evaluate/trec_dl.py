@@ -6,16 +6,13 @@ shared/data/topics-and-qrels) or, with a network, from Pyserini by name. Only ju
 """
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from retromae_ir.data.readers import load_qrels, load_topics
 from retromae_ir.evaluate.metrics import TREC_DL_MIN_RELEVANCE, evaluate_run
-from retromae_ir.evaluate.runs import read_trec_run, write_trec_run
-
-logger = logging.getLogger(__name__)
+from retromae_ir.evaluate.runs import cached_run, require_documents
 
 
 @dataclass(frozen=True)
@@ -66,14 +63,12 @@ def load_topic_set(topic_set: TopicSet, topics_dir: str | os.PathLike | None = N
 
 def evaluate_topic_set(retriever, collection: Path, topic_set: TopicSet, runs_dir: Path,
                        topics_dir: str | os.PathLike | None = None, force: bool = False) -> dict[str, float]:
-    """Search (or reuse the run file of) one topic set and score it; writes ``runs_dir/<set>.trec``."""
+    """Search (or reuse the run file of) one topic set and score it; writes ``runs_dir/<set>.trec`` only for a
+    valid run (see ``cached_run``)."""
     topics, qrels = load_topic_set(topic_set, topics_dir)
-    run_path = Path(runs_dir) / f"{topic_set.name}.trec"
-    if run_path.is_file() and not force:
-        logger.info("%s: reusing %s (pass --force to redo)", topic_set.name, run_path)
-        run = read_trec_run(run_path)
-    else:
-        run = retriever.retrieve(Path(collection), "msmarco-passage", topics)
-        write_trec_run(run_path, run, tag=retriever.name[:12])
-    scores = evaluate_run(run, qrels, topic_set.metrics, topic_set.min_relevance)
+    require_documents(collection)
+    cached = cached_run(Path(runs_dir) / f"{topic_set.name}.trec",
+                        lambda: retriever.retrieve(Path(collection), "msmarco-passage", topics), topics,
+                        retriever.name[:12], force)
+    scores = evaluate_run(cached.run, qrels, topic_set.metrics, topic_set.min_relevance)
     return {"queries": len(topics), **scores}

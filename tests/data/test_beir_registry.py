@@ -94,11 +94,26 @@ def test_data_dir_beats_env_beats_cache(tmp_path, monkeypatch):
     assert resolve_beir("scifact") == cache
 
 
-def test_incomplete_folder_is_skipped(tmp_path):
+def test_incomplete_folder_is_skipped(tmp_path, monkeypatch):
+    env = make_dataset(tmp_path / "env", "scifact")
+    (env / "qrels" / "test.tsv").unlink()
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
+    cache = make_dataset(tmp_path / "cache", "scifact")
+    assert resolve_beir("scifact") == cache
+
+
+def test_explicit_data_dir_without_the_dataset_fails_even_when_the_environment_has_it(tmp_path, monkeypatch):
+    make_dataset(tmp_path / "env", "scifact")
+    make_dataset(tmp_path / "cache", "scifact")
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
+    serve_zip(tmp_path, "scifact", FILES)  # nor is it downloaded
     arg = make_dataset(tmp_path / "arg", "scifact")
     (arg / "qrels" / "test.tsv").unlink()
-    cache = make_dataset(tmp_path / "cache", "scifact")
-    assert resolve_beir("scifact", data_dir=tmp_path / "arg") == cache
+    with pytest.raises(DatasetUnavailable, match=r"'scifact' is not in --data-dir .*arg: .*qrels/test\.tsv is missing"):
+        resolve_beir("scifact", data_dir=tmp_path / "arg")
+    with pytest.raises(DatasetUnavailable, match="not tried when --data-dir is given"):
+        resolve_beir("scifact", data_dir=tmp_path / "nowhere")
+    assert resolve_beir("scifact") == tmp_path / "env" / "scifact"  # without --data-dir the environment's copy
 
 
 def test_real_shared_scifact_through_env(shared_data, monkeypatch):
@@ -145,13 +160,14 @@ def test_download_can_be_disabled(tmp_path):
 def test_bioasq_is_unavailable_and_says_what_to_place_where(tmp_path, monkeypatch):
     monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
     with pytest.raises(DatasetUnavailable) as err:
-        resolve_beir("bioasq", data_dir=tmp_path / "arg")
+        resolve_beir("bioasq")
     message = str(err.value)
     assert "'bioasq' is not publicly downloadable" in message
     assert "place corpus.jsonl, queries.jsonl, qrels/test.tsv in one of: " in message
-    for where in (f"{tmp_path / 'arg' / 'bioasq'} (--data-dir)", f"{tmp_path / 'env' / 'bioasq'} ($RETROMAE_IR_DATA)",
-                  f"{tmp_path / 'cache' / 'bioasq'} (cache)"):
+    for where in (f"{tmp_path / 'env' / 'bioasq'} ($RETROMAE_IR_DATA)", f"{tmp_path / 'cache' / 'bioasq'} (cache)"):
         assert where in message
+    with pytest.raises(DatasetUnavailable, match="not in --data-dir .*; it is not publicly downloadable"):
+        resolve_beir("bioasq", data_dir=tmp_path / "arg")
 
 
 def test_non_public_dataset_placed_locally_resolves(tmp_path):

@@ -44,8 +44,10 @@ def test_cqadupstack_is_the_mean_of_its_subforums(tmp_path):
 def test_missing_run_without_data_is_listed_not_fatal(tmp_path, monkeypatch):
     monkeypatch.delenv("RETROMAE_IR_DATA", raising=False)
     monkeypatch.setenv("RETROMAE_IR_CACHE", str(tmp_path / "cache"))
-    result = BeirSuite(NoRetriever(), tmp_path / "runs", tmp_path / "nothing", download=False).run_dataset("nq")
+    result = BeirSuite(NoRetriever(), tmp_path / "runs", None, download=False).run_dataset("nq")
     assert result.status == "missing" and "downloading is disabled" in result.reason
+    result = BeirSuite(NoRetriever(), tmp_path / "runs", tmp_path / "nothing").run_dataset("nq")
+    assert result.status == "missing" and f"is not in --data-dir {tmp_path / 'nothing'}" in result.reason
 
 
 def test_tables_and_chart_from_fixed_results(tmp_path):
@@ -72,3 +74,59 @@ def test_reference_average_is_left_out_when_the_reference_lacks_a_dataset(tmp_pa
                DatasetResult("dbpedia-entity", "ok", {"ndcg@10": 0.3, "recall@100": 0.4}, 400)]
     frame = results_frame(results, "mine")
     assert frame.iloc[2]["DupMAE (paper)"] is None  # the paper's table has no dbpedia-entity in our notes
+
+
+class StubRetriever:
+    """Returns ``hits`` for every query, counting its calls."""
+
+    name = "stub"
+
+    def __init__(self, hits: dict[str, dict[str, float]]):
+        self.hits, self.calls = hits, 0
+
+    def retrieve(self, corpus, index_name, queries):
+        self.calls += 1
+        return {qid: dict(self.hits.get(qid, {})) for qid in queries}
+
+
+def test_empty_corpus_fails_and_is_never_cached(tmp_path):
+    write_part(tmp_path / "data" / "scifact")
+    (tmp_path / "data" / "scifact" / "corpus.jsonl").write_text("")
+    retriever = StubRetriever({})  # what BM25 gives over an empty index: no hits at all
+    for _ in range(2):  # the second run finds nothing to reuse and fails the same way
+        result = BeirSuite(retriever, tmp_path / "runs", tmp_path / "data", download=False).run_dataset("scifact")
+        assert result.status == "failed" and "holds no documents" in result.reason and not result.evaluated
+    assert retriever.calls == 0 and not (tmp_path / "runs").exists()
+
+
+def test_a_run_without_any_hit_is_not_written(tmp_path):
+    write_part(tmp_path / "data" / "scifact")
+    retriever = StubRetriever({})
+    suite = BeirSuite(retriever, tmp_path / "runs", tmp_path / "data", download=False)
+    for _ in range(2):
+        result = suite.run_dataset("scifact")
+        assert result.status == "failed" and "no hits for any of the 1 judged queries" in result.reason
+    assert retriever.calls == 2 and not list((tmp_path / "runs").glob("*"))
+
+
+def test_an_empty_run_file_left_by_an_older_version_is_redone(tmp_path):
+    write_part(tmp_path / "data" / "scifact")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "beir-scifact.trec").write_text("")
+    retriever = StubRetriever({"q": {"b": 2.0, "a": 1.0}})
+    result = BeirSuite(retriever, tmp_path / "runs", tmp_path / "data", download=False).run_dataset("scifact")
+    assert retriever.calls == 1 and result.status == "ok" and result.metrics["ndcg@10"] == 1.0
+    assert (tmp_path / "runs" / "beir-scifact.trec").read_text().startswith("q Q0 b 1 2.0 stub")
+
+
+def test_judged_queries_without_hits_are_reported(tmp_path):
+    folder = tmp_path / "data" / "scifact"
+    write_part(folder)
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": q}) + "\n" for q in ("q", "r")))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\tb\t1\nr\tc\t1\n")
+    suite = BeirSuite(StubRetriever({"q": {"b": 1.0}}), tmp_path / "runs", tmp_path / "data", download=False)
+    for status in ("ok", "reused"):  # reported when retrieved and again when the run file is reused
+        result = suite.run_dataset("scifact")
+        assert (result.status, result.no_hits, result.metrics["ndcg@10"]) == (status, 1, 0.5)
+    write_results([result], "stub", tmp_path)
+    assert "scifact: 1 of 2 judged queries have no hits (scored 0)" in (tmp_path / "beir-results.md").read_text()

@@ -1,0 +1,51 @@
+"""eval/beir_all.py's failures: an empty corpus, an explicit --data-dir without the dataset, a second writer of the
+runs folder. Each exits non-zero with a clear line and leaves no run file (none of them reaches Lucene)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from lock_holder import held_lock
+from test_beir_suite import write_part
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "eval"))
+import beir_all  # noqa: E402
+
+
+@pytest.fixture()
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.delenv("RETROMAE_IR_DATA", raising=False)
+    monkeypatch.setenv("RETROMAE_IR_CACHE", str(tmp_path / "cache"))
+    return ["--retriever", "bm25", "--datasets", "scifact", "--runs-dir", str(tmp_path / "runs"), "--index-dir",
+            str(tmp_path / "indexes"), "--no-download"]
+
+
+def test_empty_corpus_fails_and_caches_nothing(tmp_path, dirs, capsys):
+    write_part(tmp_path / "data" / "scifact")
+    (tmp_path / "data" / "scifact" / "corpus.jsonl").write_text("")
+    for _ in range(2):
+        assert beir_all.main(dirs + ["--data-dir", str(tmp_path / "data")]) == 1
+        out = capsys.readouterr().out
+        assert "not evaluated: scifact:" in out and "holds no documents" in out and "0.0000" not in out
+    assert not list((tmp_path / "runs").rglob("*.trec")) and not (tmp_path / "indexes").exists()
+
+
+def test_explicit_data_dir_without_the_dataset_does_not_fall_back_to_the_environment(tmp_path, dirs, capsys,
+                                                                                     monkeypatch):
+    write_part(tmp_path / "env" / "scifact")
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
+    (tmp_path / "empty").mkdir()
+    assert beir_all.main(dirs + ["--data-dir", str(tmp_path / "empty")]) == 1
+    out = capsys.readouterr().out
+    assert "no dataset could be evaluated" in out and f"is not in --data-dir {tmp_path / 'empty'}" in out
+    assert not list((tmp_path / "runs").rglob("*.trec"))
+
+
+def test_second_writer_of_the_runs_folder_is_refused(tmp_path, dirs, capsys):
+    with held_lock(tmp_path / "runs" / "bm25") as pid:
+        with pytest.raises(SystemExit) as exit_:
+            beir_all.main(dirs + ["--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"(PID {pid})" in err and "Traceback" not in err
