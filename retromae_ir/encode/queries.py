@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from retromae_ir.encode.manifest import write_manifest
+from retromae_ir.encode.manifest import MANIFEST, write_manifest
 from retromae_ir.encode.representation import impact_dicts
 from retromae_ir.io import atomic_dir, atomic_write
 
@@ -26,6 +26,7 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
     output = Path(output)
     qids, texts = list(topics), list(topics.values())
     encoded = model.encode_query(texts, batch_size)
+    (output / MANIFEST).unlink(missing_ok=True)  # the files change one by one: until the new manifest, incomplete
     with atomic_dir(output / "dense") as tmp:
         frame = pd.DataFrame({"text": pd.Series(texts, dtype=object),
                               "embedding": pd.Series(list(encoded.dense), dtype=object)})
@@ -34,4 +35,6 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
         with atomic_write(output / "sparse.jsonl") as out:
             for qid, text, vector in zip(qids, texts, impact_dicts(encoded.sparse, model.vocab, model.card.scale)):
                 out.write(json.dumps({"id": qid, "contents": text, "vector": vector}) + "\n")
+    else:
+        (output / "sparse.jsonl").unlink(missing_ok=True)  # an earlier card's sparse queries are not these
     return write_manifest(output, model.card, queries=len(qids))

@@ -250,3 +250,13 @@ def test_two_shards_of_one_output_do_not_lock_each_other_out(dense_card, tmp_pat
     assert main(["merge", "--encoder", str(dense_card), "--output", str(out), "--shard-num", "2"]) == 0
     assert (out / "dense" / "docid").read_text().split() == IDS
     assert read_manifest(out)["documents"] == len(IDS)
+
+
+def test_queries_of_another_card_replace_every_file(sparse_card, dense_card, tmp_path):
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("q1\tcells\nq2\tthe sun\n")
+    args = ["queries", "--topics", str(topics), "--output", str(tmp_path / "q"), "--device", "cpu", "--dtype", "fp32"]
+    assert main(args + ["--encoder", str(sparse_card)]) == 0 and (tmp_path / "q" / "sparse.jsonl").is_file()
+    assert main(args + ["--encoder", str(dense_card)]) == 0
+    assert not (tmp_path / "q" / "sparse.jsonl").exists()  # no sparse queries of the earlier card beside the new
+    assert read_manifest(tmp_path / "q")["card"]["kind"] == "cls-dense"
