@@ -54,7 +54,7 @@ class Config:
     pretrain_length: int
     query_length: int
     passage_length: int
-    steps: int  # optimizer steps of each fine-tuning stage
+    steps: int  # optimizer steps of each fine-tuning stage (when epochs is 0)
     batch: int
     group_stage1: int
     group: int
@@ -72,6 +72,11 @@ class Config:
     k: int = 384
     query_k: int = 64
     corpus_docs: int = 0  # 0: the whole corpus; N: every judged document plus a seeded sample, N in all
+    epochs: float = 0.0  # > 0: each fine-tuning stage trains this many passes over its queries (overrides steps)
+    warmup_ratio: float = 0.1
+    dev_queries: int = 100  # training queries held out (seeded) to choose settings on; never the test split
+    sparse_weight: float = 0.0  # Eq. 12's OT weight; 0: chosen on the dev split with the starting checkpoint
+    pretrain: bool = True  # False: the chain starts from the model itself (and has no ablation)
 
     def replace(self, assignments: list[str]) -> "Config":
         """``FIELD=VALUE`` overrides, each converted to the field's type."""
@@ -86,15 +91,17 @@ class Config:
 
 
 CONFIGS = {
-    "quick": Config(pretrain_steps=20, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=64,
-                    steps=10, batch=16, group_stage1=2, group=2, negatives=3, max_rank=100, ce_length=64,
-                    ce_batch=8, lr=1e-4, distill_lr=2e-5, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False, ablation=False,
-                    corpus_docs=1000),
-    "short": Config(pretrain_steps=40, pretrain_batch=8, pretrain_length=128, query_length=32, passage_length=128,
-                    steps=25, batch=16, group_stage1=2, group=2, negatives=3, max_rank=100, ce_length=128,
-                    ce_batch=8, lr=5e-5, distill_lr=5e-5, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False),
+    # the README's main job: fine-tuning from MiniLM over a judged 1000-document sub-corpus, one epoch a stage
+    "quick": Config(pretrain_steps=0, pretrain_batch=8, pretrain_length=128, query_length=64, passage_length=128,
+                    steps=0, epochs=1.0, batch=32, group_stage1=1, group=2, negatives=3, max_rank=100, ce_length=128,
+                    ce_batch=8, lr=2e-5, distill_lr=2e-5, ce_steps=100, ce_lr=1e-4, evaluate_pretrained=False,
+                    pretrain=False, corpus_docs=1000),
+    # the whole corpus on a CPU: one epoch a stage; with pre-training, one pass over the corpus first
+    "short": Config(pretrain_steps=650, pretrain_batch=8, pretrain_length=128, query_length=64, passage_length=256,
+                    steps=0, epochs=1.0, batch=32, group_stage1=1, group=2, negatives=3, max_rank=100, ce_length=256,
+                    ce_batch=8, lr=2e-5, distill_lr=2e-5, ce_steps=200, ce_lr=1e-4, evaluate_pretrained=False),
     "full": Config(pretrain_steps=1300, pretrain_batch=16, pretrain_length=256, query_length=64, passage_length=256,
-                   steps=300, batch=32, group_stage1=2, group=8, negatives=15, max_rank=200, ce_length=256,
+                   steps=0, epochs=4.0, batch=32, group_stage1=1, group=8, negatives=15, max_rank=200, ce_length=256,
                    ce_batch=16),
 }
 
@@ -109,16 +116,23 @@ def command(*args: str, log_file: Path) -> None:
 
 
 class Chain:
-    """The chain with DupMAE pre-training; results.json in ``output`` records metrics and wall time per stage."""
+    """The chain (with DupMAE pre-training unless the configuration says not); results.json in ``output`` records
+    metrics and wall time per stage."""
 
-    label = "DupMAE pre-training"
+    @property
+    def label(self) -> str:
+        return "DupMAE pre-training" if self.config.pretrain else "no pre-training"
 
     def __init__(self, folder: Path, corpus: Path, output: Path, config: Config, model: str | None, bf16: bool,
                  pretrained: Path | None = None):
         self.folder, self.output, self.config, self.model, self.bf16 = folder, output, config, model, bf16
         self.corpus, self.pretrained = corpus, pretrained
-        self.train = ["--queries", str(folder / "queries.jsonl"), "--qrels", str(folder / "qrels" / "train.tsv")]
         output.mkdir(parents=True, exist_ok=True)
+        from retromae_ir.data.splits import carve_dev_split
+
+        train_qrels, self.dev_qrels = carve_dev_split(folder / "qrels" / "train.tsv", config.dev_queries,
+                                                      output / "splits")
+        self.train = ["--queries", str(folder / "queries.jsonl"), "--qrels", str(train_qrels)]
         self.results_path = output / "results.json"
         self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
         self.log_file = output / "commands.log"
@@ -137,16 +151,19 @@ class Chain:
         with atomic_write(self.results_path) as handle:
             json.dump(self.results, handle, indent=2)
 
-    def flags(self, stage_dir: Path, steps: int) -> list[str]:
-        return ["--output", str(stage_dir), "--max-steps", str(steps), "--save-steps", "50", "--logging-steps", "5",
-                "--resume", *(["--bf16"] if self.bf16 else [])]
+    def flags(self, stage_dir: Path, steps: int, epochs: float = 0.0) -> list[str]:
+        length = ["--epochs", str(epochs)] if epochs > 0 else ["--max-steps", str(steps)]
+        return ["--output", str(stage_dir), *length, "--warmup-ratio", str(self.config.warmup_ratio),
+                "--save-steps", "50", "--logging-steps", "5", "--resume", *(["--bf16"] if self.bf16 else [])]
 
-    def write_card(self, name: str, checkpoint: Path | str) -> Path:
-        """A DupMAE card over ``checkpoint`` with the configuration's lengths and k."""
+    def write_card(self, name: str, checkpoint: Path | str, sparse_weight: float = 1.0) -> Path:
+        """A DupMAE card over ``checkpoint`` with the configuration's lengths and k; pooling and normalisation are
+        what the checkpoint declares (retromae_ir/encode/declared.py)."""
         c, card = self.config, self.output / f"{name}.yaml"
         card.write_text(yaml.safe_dump({"checkpoint": str(checkpoint), "kind": "dupmae",
                                         "dims": self.hidden(checkpoint), "k": c.k, "query_k": c.query_k,
-                                        "max_query_length": c.query_length, "max_passage_length": c.passage_length}))
+                                        "sparse_weight": sparse_weight, "max_query_length": c.query_length,
+                                        "max_passage_length": c.passage_length}))
         return card
 
     @staticmethod
@@ -157,20 +174,61 @@ class Chain:
 
     # ---- stages ------------------------------------------------------------------------------------------------
     def start(self) -> Path:
-        """The card stage 1 starts from: the DupMAE pre-training output (skipped for --pretrained)."""
+        """The card stage 1 starts from: the DupMAE pre-training output (skipped for --pretrained), or the model
+        itself without pre-training; its OT weight chosen on the dev split."""
+        if not self.config.pretrain:
+            return self.start_card("0-start", self.start_checkpoint())
         c, out = self.config, self.pretrained or self.output / "0-pretrain"
         model = ["--model", self.model] if self.model else []
         self.timed("0-pretrain", out / "config.json", lambda: command(
             "retromae_ir.pretrain", "--method", "dupmae", *model, "--corpus", str(self.corpus),
             "--max-length", str(c.pretrain_length), "--batch-size", str(c.pretrain_batch), "--lr", "1e-4",
             *self.flags(out, c.pretrain_steps), log_file=self.log_file))
-        card = self.write_card("0-pretrain", out.resolve())
-        if self.config.evaluate_pretrained:
-            self.evaluate("0-pretrain", self.card_retrievers(card))
-        return card
+        return self.start_card("0-pretrain", out.resolve())
+
+    def start_checkpoint(self) -> str:
+        from retromae_ir.encode.cards import load_card
+
+        return self.model or load_card("dupmae-minilm").checkpoint_path()
+
+    def start_card(self, name: str, checkpoint: Path | str) -> Path:
+        """The starting checkpoint's card with Eq. 12's OT weight: the configured one, or the best on the dev split
+        (then the starting checkpoint is also evaluated, at that weight, on the test split)."""
+        if self.config.sparse_weight > 0:
+            card = self.write_card(name, checkpoint, self.config.sparse_weight)
+            if self.config.evaluate_pretrained:
+                self.evaluate(name, self.card_retrievers(card))
+            return card
+        if "sparse_weight" not in self.results.get(name, {}):
+            self.choose_sparse_weight(name, self.write_card(f"{name}-unweighted", checkpoint))
+        return self.write_card(name, checkpoint, self.results[name]["sparse_weight"])
+
+    def choose_sparse_weight(self, name: str, card: Path) -> None:
+        """Sweep the OT weight on the dev split over the starting checkpoint's index; record the sweep, the choice,
+        and the starting checkpoint's test metrics (dense, sparse, and the hybrid at the chosen weight only)."""
+        from retromae_ir.evaluate.sparse_weight import best_weight, sweep_sparse_weight
+
+        start = time.time()
+        retrievers = self.card_retrievers(card)
+        for mode in ("dense", "sparse"):
+            self.evaluate_mode(name, mode, retrievers[mode])
+        retriever = retrievers["hybrid"]
+        index = retriever.build_index(self.corpus, self.index_name(name))
+        sweep = sweep_sparse_weight(index, retriever.model, *self.dev_queries)
+        weight = best_weight(sweep)
+        test = sweep_sparse_weight(index, retriever.model, *self.test_queries, weights=[weight])[weight]
+        log.info("%s: OT weight %g chosen on the dev split (dev %s); test %s", name, weight, sweep[weight], test)
+        self.record(name, sparse_weight=weight, sparse_weight_sweep={str(w): m for w, m in sweep.items()},
+                    hybrid=test, eval_wall_s=round(time.time() - start, 1))
 
     def bm25_negatives(self) -> Path:
         return self.mine("1-bm25-negatives", "bm25")
+
+    def stage1_data(self) -> list[str]:
+        """Eq. 13 is in-batch negatives only (group 1: the training qrels); a larger group adds BM25 negatives."""
+        if self.config.group_stage1 == 1:
+            return self.train
+        return ["--train", str(self.bm25_negatives())]
 
     def index_name(self, stage: str) -> str:
         return f"{self.folder.name}-{self.output.name}-{stage}"
@@ -184,14 +242,16 @@ class Chain:
             "--index-root", str(self.index_root), *(["--index-name", index_name] if index_name else []),
             log_file=self.log_file))
 
-    def finetune(self, name: str, stage: str, card: Path, train: Path, group: int) -> Path:
+    def finetune(self, name: str, stage: str, card: Path, data: Path | list[str], group: int) -> Path:
+        """A fine-tuning stage on ``data``: a training file (mined negatives, soft labels) or qrels flags."""
         out = self.output / name
         c, distill = self.config, stage == "distill"
         calibrate = ["--calibrate-teacher"] if distill and c.calibrate_teacher else []
+        data = data if isinstance(data, list) else ["--train", str(data)]
         self.timed(name, out / "card.yaml", lambda: command(
-            "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), "--train", str(train),
+            "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), *data,
             "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(c.batch),
-            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *self.flags(out, c.steps),
+            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *self.flags(out, c.steps, c.epochs),
             log_file=self.log_file))
         return out / "card.yaml"
 
@@ -226,19 +286,36 @@ class Chain:
 
         return judged_queries(self.folder, "test")
 
-    def evaluate(self, name: str, retrievers: dict) -> None:
-        """Search the test queries over the chain's corpus with each mode's retriever: nDCG@10 and R@100."""
-        if all(mode in self.results.get(name, {}) for mode in retrievers):
-            return
-        from retromae_ir.evaluate import evaluate_run
+    @cached_property
+    def dev_queries(self) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+        """The dev split (held out of the training queries): settings are compared on it."""
+        from retromae_ir.data.readers import load_beir_queries, load_qrels
 
-        queries, qrels = self.test_queries
+        qrels = load_qrels(self.dev_qrels)
+        queries = load_beir_queries(self.folder / "queries.jsonl")
+        return {qid: queries[qid] for qid in qrels}, qrels
+
+    def evaluate(self, name: str, retrievers: dict) -> None:
+        """Search the test and dev queries over the chain's corpus with each mode's retriever: nDCG@10, R@100
+        (the test metrics under the mode's name, the dev metrics under ``dev``)."""
         start = time.time()
         for mode, retriever in retrievers.items():
-            run = retriever.retrieve(self.corpus, self.index_name(name), queries)
-            self.record(name, **{mode: evaluate_run(run, qrels, METRICS)})
-            log.info("%s %s: %s", name, mode, self.results[name][mode])
-        self.record(name, eval_wall_s=round(time.time() - start, 1))
+            self.evaluate_mode(name, mode, retriever)
+        if "eval_wall_s" not in self.results.get(name, {}):
+            self.record(name, eval_wall_s=round(time.time() - start, 1))
+
+    def evaluate_mode(self, name: str, mode: str, retriever) -> None:
+        from retromae_ir.evaluate import evaluate_run
+
+        done = self.results.get(name, {})
+        if mode in done and mode in done.get("dev", {}):
+            return
+        metrics = {}
+        for split, (queries, qrels) in (("test", self.test_queries), ("dev", self.dev_queries)):
+            metrics[split] = evaluate_run(retriever.retrieve(self.corpus, self.index_name(name), queries), qrels,
+                                          METRICS)
+        self.record(name, **{mode: metrics["test"]}, dev={**done.get("dev", {}), mode: metrics["dev"]})
+        log.info("%s %s: test %s, dev %s", name, mode, metrics["test"], metrics["dev"])
 
     def baselines(self) -> None:
         """BM25 and the off-the-shelf MiniLM over the same corpus as the stages."""
@@ -253,7 +330,7 @@ class Chain:
         """The stages, as a generator that pauses after each evaluated stage (see ``run_in_lockstep``)."""
         self.baselines()
         start = self.start()
-        stage1 = self.finetune("1-stage1", "1", start, self.bm25_negatives(), self.config.group_stage1)
+        stage1 = self.finetune("1-stage1", "1", start, self.stage1_data(), self.config.group_stage1)
         self.evaluate("1-stage1", self.card_retrievers(stage1))
         yield
         mined = self.mine("2-mined-negatives", str(stage1), self.index_name("1-stage1"))
@@ -290,13 +367,7 @@ class AblationChain(Chain):
         """The main chain's (same corpus)."""
 
     def start(self) -> Path:
-        from retromae_ir.encode.cards import load_card
-
-        checkpoint = self.model or load_card("dupmae-minilm").checkpoint_path()
-        card = self.write_card("0-start", checkpoint)
-        if self.config.evaluate_pretrained:
-            self.evaluate("0-start", self.card_retrievers(card))
-        return card
+        return self.start_card("0-start", self.start_checkpoint())
 
     def bm25_negatives(self) -> Path:
         return self.main.output / "1-bm25-negatives.jsonl"
@@ -443,7 +514,7 @@ def main(argv=None) -> None:
     log.info("configuration %s: %s; bf16 %s", args.config, config, bf16)
     folder = Path(args.folder)
     chains = [Chain(folder, chain_corpus(folder, output, config), output, config, args.model, bf16, args.pretrained)]
-    if config.ablation:
+    if config.ablation and config.pretrain:
         chains.append(AblationChain(chains[0]))
     run_in_lockstep(chains)
     print(report(chains, output, corpus_title(folder, config)))

@@ -17,7 +17,7 @@ import chain_scifact as chain  # noqa: E402
 
 TINY = ["pretrain_steps=2", "pretrain_batch=2", "pretrain_length=32", "query_length=16", "passage_length=32",
         "steps=2", "batch=4", "ce_steps=2", "ce_batch=2", "ce_length=32", "negatives=2", "max_rank=20", "k=40",
-        "query_k=20", "corpus_docs=40", "ablation=true"]
+        "query_k=20", "corpus_docs=40", "ablation=true", "pretrain=true", "epochs=0", "dev_queries=2"]
 STAGES = ["1-stage1", "2-stage2", "3-distill"]
 
 
@@ -51,21 +51,30 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert len(list(iter_beir_corpus(output / "corpus-40.jsonl"))) == 40
     main = json.loads((output / "results.json").read_text())
     ablation = json.loads((output / chain.ABLATION / "results.json").read_text())
-    assert set(main["baseline-bm25"]) == {"sparse", "eval_wall_s"}
+    assert set(main["baseline-bm25"]) == {"sparse", "dev", "eval_wall_s"}
     assert set(main["baseline-minilm-mean"]) >= {"dense"}
     for results in (main, ablation):
         for stage in STAGES:
             for mode in chain.MODES:
                 assert 0.0 <= results[stage][mode]["ndcg@10"] <= 1.0
                 assert 0.0 <= results[stage][mode]["recall@100"] <= 1.0
-    # the ablation starts from the tiny model itself and reuses the main chain's BM25 negatives and teacher
+    # both starts get an OT weight chosen on the 2 dev queries, held out of training
+    for results, start in ((main, "0-pretrain"), (ablation, "0-start")):
+        assert results[start]["sparse_weight"] in [float(w) for w in results[start]["sparse_weight_sweep"]]
+        assert set(results[start]) >= {"dense", "sparse", "hybrid", "dev"}
+        assert set(results["1-stage1"]["dev"]) == set(chain.MODES)
+    dev = (output / "splits" / "dev.tsv").read_text().splitlines()[1:]
+    train = (output / "splits" / "train.tsv").read_text().splitlines()[1:]
+    assert len({line.split()[0] for line in dev}) == 2
+    assert not {line.split()[0] for line in dev} & {line.split()[0] for line in train}
+    # the ablation starts from the tiny model itself and reuses the main chain's teacher
     assert "0-pretrain" in main and "0-pretrain" not in ablation
     assert not (output / chain.ABLATION / "1-bm25-negatives.jsonl").exists()
     assert not (output / chain.ABLATION / "4-cross-encoder").exists()
     soft = [json.loads(line) for line in (output / chain.ABLATION / "5-soft-labels.jsonl").read_text().splitlines()]
     assert soft and all(len(row["negative_scores"]) == len(row["negatives"]) for row in soft)
     table = (output / "results.md").read_text()
-    assert table.count("| DupMAE pre-training: ") == 3 and table.count("| no pre-training (ablation): ") == 3
+    assert table.count("| DupMAE pre-training: ") == 4 and table.count("| no pre-training (ablation): ") == 4
     assert "| BM25 flat (Pyserini) |" in table
 
     commands = (output / "commands.log").stat().st_size

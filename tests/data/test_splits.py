@@ -1,0 +1,41 @@
+"""The dev split: disjoint from training, seeded, rewritten when its source or settings change."""
+import pytest
+
+from retromae_ir.data.readers import load_qrels
+from retromae_ir.data.splits import carve_dev_split
+
+
+@pytest.fixture
+def qrels(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\nq{i}\td{i}b\t1\n" for i in range(10)))
+    return path
+
+
+def test_dev_queries_leave_training_and_keep_their_labels(qrels, tmp_path):
+    train, dev = carve_dev_split(qrels, 3, tmp_path / "split", seed=0)
+    train_labels, dev_labels, source = load_qrels(train), load_qrels(dev), load_qrels(qrels)
+    assert len(dev_labels) == 3 and len(train_labels) == 7
+    assert not set(train_labels) & set(dev_labels)
+    assert {**train_labels, **dev_labels} == source
+
+
+def test_same_seed_same_split_other_seed_other_split(qrels, tmp_path):
+    _, dev_a = carve_dev_split(qrels, 3, tmp_path / "a", seed=0)
+    _, dev_b = carve_dev_split(qrels, 3, tmp_path / "b", seed=0)
+    _, dev_c = carve_dev_split(qrels, 3, tmp_path / "c", seed=1)
+    assert dev_a.read_text() == dev_b.read_text() != dev_c.read_text()
+
+
+def test_a_changed_source_rewrites_the_split(qrels, tmp_path):
+    carve_dev_split(qrels, 3, tmp_path / "s")
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"x{i}\td{i}\t1\n" for i in range(5)))
+    train, dev = carve_dev_split(qrels, 2, tmp_path / "s")
+    assert set(load_qrels(train)) | set(load_qrels(dev)) == {f"x{i}" for i in range(5)}
+
+
+@pytest.mark.parametrize("size", [0, 10, 11])
+def test_a_dev_split_must_leave_training_queries(qrels, tmp_path, size):
+    with pytest.raises(ValueError, match="needs 0 < size < 10"):
+        carve_dev_split(qrels, size, tmp_path / "s")
+    assert not (tmp_path / "s" / "train.tsv").exists()
