@@ -4,9 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
-# CPU wheel by default; on a CUDA host: make setup TORCH_SPEC="torch==2.13.0" EXTRAS=test,gpu
+# CPU wheel by default; on a CUDA host: make setup TORCH_SPEC="torch==2.13.0" EXTRAS=test,anchor,gpu
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS     ?= test
+EXTRAS     ?= test,anchor
 
 # Data beside the checkout (../shared/data) is used when present; elsewhere datasets are downloaded.
 SHARED_DATA := $(abspath ../shared/data)
