@@ -220,7 +220,8 @@ def index_sizes(index: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="benchmarks/encode_search.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, required=True, help="BEIR corpus.jsonl for the encode benchmark")
     parser.add_argument("--index", type=Path, required=True, help="a DupMAE index (retromae_ir.encode corpus)")
     parser.add_argument("--encoder", default="dupmae-minilm", help="the index's card (search benchmark)")

@@ -42,7 +42,7 @@ def measure(card: str, modes: list[str], folder: Path, index_root: Path, name: s
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="benchmarks/precision_ndcg.py", description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, required=True, help="BEIR layout: corpus.jsonl, queries.jsonl, qrels/")
     parser.add_argument("--encoder", required=True, help="encoder card name or path")
     parser.add_argument("--modes", nargs="+", default=None, help="default: dense, plus sparse and hybrid for DupMAE")

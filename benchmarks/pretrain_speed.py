@@ -152,7 +152,7 @@ def markdown(report: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="benchmarks/pretrain_speed.py", description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["retromae", "dupmae", "master"])
     parser.add_argument("--backbones", nargs="+", default=list(BACKBONES), choices=BACKBONES)
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 512], choices=sorted(SHAPES))

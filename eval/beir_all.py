@@ -22,7 +22,7 @@ from retromae_ir.io import command_errors
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="eval/beir_all.py", description=__doc__.split("\n")[0])
     add_retriever_arguments(parser)
     parser.add_argument("--datasets", nargs="+", choices=list(BEIR_DATASETS), metavar="NAME",
                         help="default: all 18 (those that cannot be resolved are listed, not fatal)")

@@ -20,7 +20,7 @@ from retromae_ir.io import command_errors
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="eval/trec_dl.py", description=__doc__.split("\n")[0])
     add_retriever_arguments(parser)
     parser.add_argument("--collection", type=Path, required=True,
                         help="MS MARCO passage collection.tsv (pid<TAB>passage), or a BEIR-style corpus.jsonl")

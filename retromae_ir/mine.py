@@ -16,6 +16,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from retromae_ir.cli import dataclass_parser
 from retromae_ir.data.readers import load_qrels, load_topics
 from retromae_ir.evaluate.metrics import ranked
 from retromae_ir.io import atomic_write, claim_output, command_errors
@@ -127,11 +128,10 @@ def _mine_into(args: MiningArguments) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from transformers import HfArgumentParser
-
     setup_logging()
     with command_errors(ValueError):  # bad arguments or input (DataFormatError, CardError)
-        (args,) = HfArgumentParser([MiningArguments], description=__doc__).parse_args_into_dataclasses(argv)
+        (args,) = dataclass_parser([MiningArguments], "python -m retromae_ir.mine",
+                                   description=__doc__).parse_args_into_dataclasses(argv)
         run(args)
 
 

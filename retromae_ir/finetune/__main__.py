@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from retromae_ir.cli import dataclass_parser
 from retromae_ir.encode.cards import load_card
 from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments, LossArguments, ModelArguments
 from retromae_ir.finetune.calibration import calibrated_teacher_temperature
@@ -23,10 +24,8 @@ from retromae_ir.pretrain.trainer import exclusive_run, run_identity
 
 
 def parse(argv: list[str] | None = None):
-    from transformers import HfArgumentParser
-
-    parser = HfArgumentParser([ModelArguments, DataArguments, LossArguments, FinetuneTrainingArguments],
-                              description=__doc__.splitlines()[0])
+    parser = dataclass_parser([ModelArguments, DataArguments, LossArguments, FinetuneTrainingArguments],
+                              "python -m retromae_ir.finetune", description=__doc__.splitlines()[0])
     return parser.parse_args_into_dataclasses(argv)
 
 

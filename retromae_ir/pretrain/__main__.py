@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 import torch
 
+from retromae_ir.cli import dataclass_parser
 from retromae_ir.pretrain import METHODS, get_method
 from retromae_ir.pretrain.arguments import DataArguments, MaskingArguments, ModelArguments, TrainingArguments
 from retromae_ir.pretrain.backbone import check_config, default_model
@@ -22,19 +23,20 @@ from retromae_ir.pretrain.data import load_segments
 from retromae_ir.io import command_errors
 from retromae_ir.pretrain.trainer import Trainer, exclusive_run, run_identity
 
+PROG = "python -m retromae_ir.pretrain"
+
 
 def parse(argv: list[str] | None = None):
     """(model, data, masking, training, contrastive, method) argument dataclasses and the method class."""
-    peek = argparse.ArgumentParser(add_help=False)
-    peek.add_argument("--method", choices=sorted(METHODS), required="-h" not in (argv or sys.argv[1:]))
+    peek = argparse.ArgumentParser(prog=PROG, add_help=False)
+    asks_help = {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv)
+    peek.add_argument("--method", choices=sorted(METHODS), required=not asks_help)
     method_name = peek.parse_known_args(argv)[0].method
     method_cls = get_method(method_name) if method_name else None
-    from transformers import HfArgumentParser
-
     groups = [ModelArguments, DataArguments, MaskingArguments, TrainingArguments, ContrastiveArguments]
     if method_cls is not None:
         groups.append(method_cls.Arguments)
-    parser = HfArgumentParser(groups, description=__doc__.splitlines()[0])
+    parser = dataclass_parser(groups, PROG, description=__doc__.splitlines()[0])
     return (*parser.parse_args_into_dataclasses(argv), method_cls)
 
 

@@ -4,23 +4,24 @@ SCORED.jsonl`` adds its soft labels for ``python -m retromae_ir.finetune --stage
 against a second writer while the command runs."""
 from __future__ import annotations
 
-import sys
+import argparse
 
+from retromae_ir.cli import dataclass_parser
 from retromae_ir.io import command_errors, output_lock
 from retromae_ir.logs import setup_logging
 
-COMMANDS = ("train", "score")
+PROG = "python -m retromae_ir.rerank"
+COMMANDS = {"train": "train the cross-encoder on the stage-2 groups",
+            "score": "add the cross-encoder's soft labels to a negatives file"}
 
 
 def train(argv: list[str]):
-    from transformers import HfArgumentParser
-
     from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments
     from retromae_ir.pretrain.trainer import exclusive_run, run_identity
     from retromae_ir.rerank.model import CrossEncoderArguments
 
-    model_args, data, training = HfArgumentParser(
-        [CrossEncoderArguments, DataArguments, FinetuneTrainingArguments]).parse_args_into_dataclasses(argv)
+    model_args, data, training = dataclass_parser([CrossEncoderArguments, DataArguments, FinetuneTrainingArguments],
+                                                  f"{PROG} train").parse_args_into_dataclasses(argv)
     identity = run_identity({"method": "cross-encoder"}, model_args, data, training)
     with exclusive_run(training, identity):
         return _train(model_args, data, training, identity)
@@ -42,12 +43,11 @@ def _train(model_args, data, training, identity: dict):
 
 
 def score(argv: list[str]):
-    from transformers import HfArgumentParser
-
     from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
     from retromae_ir.rerank.score import ScoreArguments, score_file
 
-    model_args, args = HfArgumentParser([CrossEncoderArguments, ScoreArguments]).parse_args_into_dataclasses(argv)
+    model_args, args = dataclass_parser([CrossEncoderArguments, ScoreArguments],
+                                        f"{PROG} score").parse_args_into_dataclasses(argv)
     if model_args.model is None:
         raise SystemExit("score needs --model: a cross-encoder trained with `python -m retromae_ir.rerank train`")
     model = CrossEncoder.load(model_args)
@@ -58,13 +58,15 @@ def score(argv: list[str]):
 
 
 def main(argv: list[str] | None = None):
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in COMMANDS:
-        raise SystemExit(f"usage: python -m retromae_ir.rerank {{{','.join(COMMANDS)}}} [options] (-h for help)\n\n"
-                         + __doc__)
+    parser = argparse.ArgumentParser(prog=PROG, description="the cross-encoder reranker: train it, or score with it",
+                                     epilog=f"`{PROG} COMMAND --help` lists a command's options")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, summary in COMMANDS.items():  # each command's own parser reads its options (and its --help)
+        commands.add_parser(name, help=summary, add_help=False)
+    args, options = parser.parse_known_args(argv)
     setup_logging()
     with command_errors(ValueError):  # bad arguments or input (DataFormatError, TrainerError)
-        return {"train": train, "score": score}[argv[0]](argv[1:])
+        return {"train": train, "score": score}[args.command](options)
 
 
 if __name__ == "__main__":

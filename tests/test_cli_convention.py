@@ -1,0 +1,67 @@
+"""One CLI convention for every command (#14): ``--help`` alone exits 0, its usage line names the command as a user
+types it (``python -m retromae_ir.pretrain``, ``eval/beir_all.py``), and it shows no ``--x_y`` underscore flag.
+
+Every command is found, not listed: each ``retromae_ir`` module with a ``__main__`` guard (``pkg/__main__.py`` runs
+as ``python -m pkg``) and each script under ``eval/`` and ``benchmarks/``. One process a command, run in parallel:
+importing torch dominates each.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MAIN_GUARD = re.compile(r'^if __name__ == "__main__":', re.MULTILINE)
+UNDERSCORE_FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9]+_[\w-]*")
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    """(the command as typed, its argv) for every command-line entry point."""
+    found = []
+    for path in sorted((REPO / "retromae_ir").rglob("*.py")):
+        if MAIN_GUARD.search(path.read_text(encoding="utf-8")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__main__" else parts)
+            found.append((f"python -m {module}", ["-m", module]))
+    for folder in ("eval", "benchmarks"):
+        for path in sorted((REPO / folder).glob("*.py")):
+            if MAIN_GUARD.search(path.read_text(encoding="utf-8")):
+                script = path.relative_to(REPO).as_posix()
+                found.append((script, [script]))
+    return found
+
+
+COMMANDS = commands()
+
+
+def run_help(argv: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, *argv, "--help"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, subprocess.CompletedProcess]:
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1) * 2) as pool:
+        return dict(zip([name for name, _ in COMMANDS], pool.map(run_help, [argv for _, argv in COMMANDS])))
+
+
+def test_every_command_is_found():
+    names = {name for name, _ in COMMANDS}
+    assert {"python -m retromae_ir.pretrain", "python -m retromae_ir.rerank", "python -m retromae_ir.mine",
+            "eval/beir_all.py", "benchmarks/encode_search.py"} <= names
+
+
+@pytest.mark.parametrize("name", [name for name, _ in COMMANDS])
+def test_help_follows_the_convention(helps, name):
+    done = helps[name]
+    assert done.returncode == 0, f"{name} --help exited {done.returncode}:\n{done.stderr[-2000:]}"
+    assert re.match(rf"usage: {re.escape(name)}(\s|$)", done.stdout), \
+        f"{name} --help does not call itself by the command as typed:\n{done.stdout[:300]}"
+    assert not UNDERSCORE_FLAG.findall(done.stdout), f"{name} --help shows underscore flags"
