@@ -484,7 +484,7 @@ def corpus_title(folder: Path, config: Config) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="eval/chain_scifact.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default="quick")
     parser.add_argument("--folder", type=Path, default=None,
                         help="BEIR-layout folder with corpus.jsonl, queries.jsonl, qrels/train.tsv and qrels/test.tsv "

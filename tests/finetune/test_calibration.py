@@ -1,4 +1,5 @@
-"""The calibrated teacher temperature: the ratio of group spreads, invariant to the teacher's scale."""
+"""The calibrated teacher temperature: the ratio of group spreads (the student's divided by its own temperature,
+as its softmax sees them), invariant to the teacher's scale."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,10 +17,11 @@ def student(tiny_bert_dir):
     return tiny_bi_encoder(tiny_bert_dir, stage="distill")
 
 
-def test_temperature_is_the_teacher_spread_over_the_student_spread(student):
+def test_temperature_is_the_teacher_spread_over_the_student_logit_spread(student):
     batch = full_batch(student)  # the same seeded groups as one calibration batch of all four examples
     scores = group_scores(student.scores(student(batch)), 3)
-    expected = median_spread(batch["teacher"]) / median_spread(scores.detach())
+    assert student.loss_args.temperature == 0.5
+    expected = median_spread(batch["teacher"]) / median_spread(scores.detach() / 0.5)
     assert calibrated_teacher_temperature(student, EXAMPLES, batch_size=4) == pytest.approx(expected, rel=1e-5)
     assert not student.training  # left in the mode it was in
 
