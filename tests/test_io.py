@@ -1,10 +1,9 @@
 """Atomic writes keep the user's umask; one writer per output."""
 import os
-import subprocess
-import sys
 
 import pytest
 
+from lock_holder import held_lock
 from retromae_ir.io import OutputLockedError, atomic_dir, atomic_write, output_lock
 
 
@@ -29,18 +28,10 @@ def test_atomic_dir_keeps_umask_mode(tmp_path, umask_022):
 
 def test_second_writer_is_refused_with_the_holders_pid(tmp_path):
     out = tmp_path / "idx"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from retromae_ir.io import output_lock\n"
-        f"with output_lock({str(out)!r}):\n    print('locked', flush=True); time.sleep(30)")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(OutputLockedError, match=f"PID {holder.pid}"):
+    with held_lock(out) as pid:
+        with pytest.raises(OutputLockedError, match=f"PID {pid}"):
             with output_lock(out):
                 pass
-    finally:
-        holder.kill()
-        holder.wait()
     # the kernel released the dead holder's lock: the next writer gets it
     with output_lock(out):
         pass
