@@ -1,14 +1,11 @@
-"""eval/chain_scifact.py: configuration overrides, the results tables and the plot, on fixed inputs."""
+"""retromae_ir.chain: chains from YAML, setting overrides, the results tables and the plot, on fixed inputs."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "eval"))
-
-import chain_scifact as chain  # noqa: E402
+from retromae_ir.chain import report as chain
+from retromae_ir.chain.config import CHAINS_FILE, ChainConfig, load_chains
+from retromae_ir.chain.stages import run_in_lockstep
 
 RESULTS = {
     "0-pretrain": {"wall_s": 240.4},
@@ -25,10 +22,28 @@ ABLATION = {"1-stage1": {"wall_s": 290.0, "eval_wall_s": 400.0,
 
 
 def test_set_converts_each_field_to_its_type():
-    config = chain.CONFIGS["short"].replace(["steps=7", "lr=1e-4", "ablation=false"])
-    assert (config.steps, config.lr, config.ablation) == (7, 1e-4, False)
-    with pytest.raises(SystemExit, match="no configuration field 'stepz'"):
-        chain.CONFIGS["short"].replace(["stepz=3"])
+    config = ChainConfig().replace(["steps=7", "lr=1e-4", "ablation=true"])
+    assert (config.steps, config.lr, config.ablation) == (7, 1e-4, True)
+    with pytest.raises(ValueError, match="no chain setting 'stepz'"):
+        ChainConfig().replace(["stepz=3"])
+
+
+def test_packaged_chains_override_the_defaults_they_name():
+    chains = load_chains(CHAINS_FILE)
+    assert {"scifact-quick", "scifact-short", "scifact-short-pretrain", "scifact-full"} <= set(chains)
+    assert chains["scifact-short"].config == ChainConfig()
+    quick = chains["scifact-quick"]
+    assert (quick.dataset, quick.config.corpus_docs, quick.config.pretrain) == ("scifact", 1000, False)
+    assert chains["scifact-short-pretrain"].config.pretrain
+
+
+def test_a_chain_with_an_unknown_setting_is_refused_naming_file_and_chain(tmp_path):
+    path = tmp_path / "chains.yaml"
+    path.write_text("chains:\n  mine:\n    dataset: nfcorpus\n    settings: {epochz: 2}\n")
+    with pytest.raises(ValueError, match=r"chains.yaml: chain 'mine': unknown key\(s\) settings.epochz"):
+        load_chains(path)
+    path.write_text("chains:\n  mine:\n    dataset: nfcorpus\n    settings: {epochs: 2}\n")
+    assert load_chains(path)["mine"].config.epochs == 2
 
 
 def test_results_table_puts_each_mode_in_its_column():
@@ -79,5 +94,5 @@ def test_chains_advance_one_stage_at_a_time():
                 order.append((self.name, stage))
                 yield
 
-    chain.run_in_lockstep([Fake("main", 3), Fake("ablation", 2)])
+    run_in_lockstep([Fake("main", 3), Fake("ablation", 2)])
     assert order == [("main", 0), ("ablation", 0), ("main", 1), ("ablation", 1), ("main", 2)]

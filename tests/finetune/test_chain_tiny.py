@@ -1,19 +1,15 @@
-"""eval/chain_scifact.py end to end on a tiny random DupMAE and a 50-document slice of scifact: every stage of both
+"""python -m retromae_ir.chain end to end on a tiny random DupMAE and a 50-document slice of scifact: every stage of both
 chains runs through the project's CLIs, the baselines and stages are searched over the same judged sub-corpus,
 and a second run skips everything that is done."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from retromae_ir.chain import stages as chain
+from retromae_ir.chain.__main__ import main as chain_main
 from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_qrels
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "eval"))
-
-import chain_scifact as chain  # noqa: E402
 
 TINY = ["pretrain_steps=2", "pretrain_batch=2", "pretrain_length=32", "query_length=16", "passage_length=32",
         "steps=2", "batch=4", "ce_steps=2", "ce_batch=2", "ce_length=32", "negatives=2", "max_rank=20", "k=40",
@@ -44,9 +40,9 @@ def folder(shared_data, tmp_path_factory):
 
 def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_bert_dir, tmp_path):
     output = tmp_path / "chain"
-    argv = ["--folder", str(folder), "--model", str(tiny_bert_dir), "--output", str(output), "--no-bf16",
+    argv = ["--chain", "scifact-short", "--folder", str(folder), "--model", str(tiny_bert_dir), "--output", str(output), "--no-bf16",
             "--set", *TINY]
-    chain.main(argv)
+    chain_main(argv)
 
     assert len(list(iter_beir_corpus(output / "corpus-40.jsonl"))) == 40
     main = json.loads((output / "results.json").read_text())
@@ -78,6 +74,6 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert "| BM25 flat (Pyserini) |" in table
 
     commands = (output / "commands.log").stat().st_size
-    chain.main(argv)  # everything done: nothing runs again, the results are unchanged
+    chain_main(argv)  # everything done: nothing runs again, the results are unchanged
     assert (output / "commands.log").stat().st_size == commands
     assert json.loads((output / "results.json").read_text()) == main

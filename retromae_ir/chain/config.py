@@ -1,0 +1,95 @@
+"""A chain's settings (``ChainConfig``) and the named chains of ``retromae_ir/repro/chains.yaml``.
+
+A chain is a dataset plus settings: a new one (another BEIR dataset, other lengths) is a YAML entry, not code.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+CHAINS_FILE = Path(__file__).resolve().parents[1] / "repro" / "chains.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainConfig:
+    """Every setting of a chain; the YAML entry overrides these defaults (the whole-corpus CPU chain)."""
+
+    pretrain_steps: int = 650  # DupMAE pre-training steps (with ``pretrain``)
+    pretrain_batch: int = 8
+    pretrain_length: int = 128
+    query_length: int = 64
+    passage_length: int = 256
+    steps: int = 0  # optimizer steps of each fine-tuning stage (when ``epochs`` is 0)
+    epochs: float = 1.0  # > 0: each fine-tuning stage trains this many passes over its queries (overrides steps)
+    batch: int = 32
+    group_stage1: int = 1  # 1: Eq. 13, in-batch negatives only; more adds BM25 negatives
+    group: int = 2  # passages per query in stage 2, the cross-encoder and distillation (1 positive + negatives)
+    negatives: int = 3  # mined per query (ranks 3 .. max_rank)
+    max_rank: int = 100
+    ce_length: int = 256
+    ce_batch: int = 8
+    lr: float = 2e-5  # fine-tuning stages 1 and 2
+    distill_lr: float = 2e-5  # distillation starts from a tuned stage 2: at 1e-4 its dense side collapsed (quick)
+    ce_steps: int = 200  # the cross-encoder (teacher): a new head on MiniLM needs more steps than the bi-encoder
+    ce_lr: float = 1e-4
+    distill: bool = True  # False: the chain stops after stage 2 (no cross-encoder, no distillation)
+    calibrate_teacher: bool = True  # distillation at the student's score scale (retromae_ir/finetune/calibration.py)
+    evaluate_pretrained: bool = False  # also evaluate the starting checkpoint at a configured OT weight
+    ablation: bool = False  # with ``pretrain``: also run the chain from the starting model without pre-training
+    k: int = 384
+    query_k: int = 64
+    corpus_docs: int = 0  # 0: the whole corpus; N: every judged document plus a seeded sample, N in all
+    warmup_ratio: float = 0.1
+    dev_queries: int = 100  # training queries held out (seeded) to choose settings on; never the test split
+    sparse_weight: float = 0.0  # Eq. 12's OT weight; 0: chosen on the dev split with the starting checkpoint
+    pretrain: bool = False  # True: DupMAE pre-training on the corpus first
+
+    def replace(self, assignments: list[str]) -> "ChainConfig":
+        """``FIELD=VALUE`` overrides (``--set``), each converted to the field's type."""
+        values = {}
+        for assignment in assignments:
+            key, _, value = assignment.partition("=")
+            if key not in FIELDS:
+                raise ValueError(f"--set {assignment}: no chain setting {key!r} (settings: {', '.join(FIELDS)})")
+            kind = type(getattr(self, key))
+            values[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+        return dataclasses.replace(self, **values)
+
+
+FIELDS = [field.name for field in dataclasses.fields(ChainConfig)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainSpec:
+    """A named chain: the BEIR dataset it runs on, what it is for, and its settings."""
+
+    name: str
+    dataset: str
+    description: str
+    config: ChainConfig
+
+
+def load_chains(path: str | Path = CHAINS_FILE) -> dict[str, ChainSpec]:
+    """The chains of a YAML file (``chains: {name: {dataset, description, settings}}``); unknown keys are errors
+    naming the file and the chain."""
+    path = Path(path)
+    try:
+        entries = (yaml.safe_load(path.read_text()) or {}).get("chains")
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"{path}: cannot read the chains: {error}") from error
+    if not isinstance(entries, dict) or not entries:
+        raise ValueError(f"{path}: no 'chains:' mapping")
+    return {name: _spec(path, name, entry) for name, entry in entries.items()}
+
+
+def _spec(path: Path, name: str, entry) -> ChainSpec:
+    if not isinstance(entry, dict) or "dataset" not in entry:
+        raise ValueError(f"{path}: chain {name!r} needs a 'dataset'")
+    unknown = set(entry) - {"dataset", "description", "settings"}
+    settings = entry.get("settings") or {}
+    unknown |= {f"settings.{key}" for key in set(settings) - set(FIELDS)}
+    if unknown:
+        raise ValueError(f"{path}: chain {name!r}: unknown key(s) {', '.join(sorted(unknown))}")
+    return ChainSpec(name, entry["dataset"], entry.get("description", ""), ChainConfig(**settings))

@@ -1,0 +1,97 @@
+"""A chain's report: the results table (nDCG@10 and R@100 per stage and mode, the baselines first), wall seconds
+per stage, and a plot of every stage against the baselines; written as ``results.md`` and ``chain.png``."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from retromae_ir.chain.stages import BASELINES, METRICS, MODES
+from retromae_ir.io import atomic_write
+
+
+def baseline_rows(results: dict) -> list[dict]:
+    """BM25 and the off-the-shelf MiniLM, as far as the main chain has evaluated them."""
+    return [{"system": label, mode: results[stage][mode]} for stage, (label, mode) in BASELINES.items()
+            if mode in results.get(stage, {})]
+
+
+def evaluated_stages(results: dict) -> dict:
+    """The chain's own evaluated stages (not the baselines, not the stages without an evaluation)."""
+    return {stage: values for stage, values in results.items()
+            if "eval_wall_s" in values and stage not in BASELINES}
+
+
+def stage_rows(chains: list[tuple[str, dict]]) -> list[dict]:
+    """One row per evaluated stage of each chain."""
+    return [{"system": f"{label}: {stage}", **values} for label, results in chains
+            for stage, values in evaluated_stages(results).items()]
+
+
+def results_table(rows: list[dict]) -> str:
+    """Markdown: nDCG@10 and R@100 in each mode (blank where a system has no such mode)."""
+    header = ["system"] + [f"{metric} {mode}" for metric in METRICS for mode in MODES]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        cells = [f"{row[mode][metric]:.4f}" if mode in row else "" for metric in METRICS for mode in MODES]
+        lines.append(f"| {row['system']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def wall_table(chains: list[tuple[str, dict]]) -> str:
+    """Markdown: wall seconds per stage (training or mining, then evaluation) for each chain; - where a chain did
+    not run the stage (the ablation reuses the BM25 negatives and the cross-encoder)."""
+    stages = list(dict.fromkeys(stage for _, results in chains for stage in results))
+    lines = ["| stage | " + " | ".join(label for label, _ in chains) + " |", "|" + " --- |" * (len(chains) + 1)]
+    for stage in stages:
+        cells = []
+        for _, results in chains:
+            values = results.get(stage, {})
+            parts = [f"{values['wall_s']:.0f}" if "wall_s" in values else "",
+                     f"eval {values['eval_wall_s']:.0f}" if "eval_wall_s" in values else ""]
+            cells.append(" + ".join(part for part in parts if part) or "-")
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    total = [sum(v.get("wall_s", 0) + v.get("eval_wall_s", 0) for v in results.values()) for _, results in chains]
+    lines.append("| total | " + " | ".join(f"{seconds / 60:.1f} min" for seconds in total) + " |")
+    return "\n".join(lines)
+
+
+def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path, title: str) -> None:
+    """nDCG@10 and R@100 per stage, one line per chain and mode, baselines as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = list(dict.fromkeys(stage.split("-", 1)[1] for _, results in chains
+                                for stage in evaluated_stages(results)))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, metric in zip(axes, METRICS):
+        for (label, results), style in zip(chains, ("-", "--")):
+            for mode, color in zip(MODES, ("tab:blue", "tab:orange", "tab:green")):
+                points = [(stages.index(s.split("-", 1)[1]), v[mode][metric])
+                          for s, v in evaluated_stages(results).items() if mode in v]
+                if points:
+                    axis.plot(*zip(*points), style, color=color, marker="o", label=f"{label}, {mode}")
+        for row, style in zip(baselines, (":", "-.")):
+            mode = next(m for m in MODES if m in row)
+            axis.axhline(row[mode][metric], color="grey", linestyle=style, lw=1, label=row["system"])
+        axis.set_xticks(range(len(stages)), stages)
+        axis.set_title(f"{title}: test {metric}", fontsize=9)
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    with atomic_write(path, mode="wb") as handle:
+        fig.savefig(handle, format="png", dpi=110)
+    plt.close(fig)
+
+
+def report(chains: list, output: Path, title: str = "scifact") -> str:
+    """results.md (both tables) and chain.png under ``output``; returns the markdown."""
+    measured = [(chain.label, chain.results) for chain in chains]
+    baselines = baseline_rows(chains[0].results)
+    text = (results_table(baselines + stage_rows(measured)) + "\n\nWall seconds per stage:\n\n"
+            + wall_table(measured) + "\n")
+    with atomic_write(output / "results.md") as handle:
+        handle.write(text)
+    plot(measured, baselines, output / "chain.png", title)
+    return text
+
+

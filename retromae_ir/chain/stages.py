@@ -1,0 +1,338 @@
+"""The chain's stages: pre-training -> stage 1 -> mining -> stage 2 -> cross-encoder -> soft labels -> distillation,
+each through the project's own command (``python -m retromae_ir.{pretrain,mine,finetune,rerank}``) in a
+subprocess, each skipped when its output exists (an interrupted chain continues where it stopped). Every fine-tuned
+checkpoint is encoded once and searched dense-only, sparse-only and hybrid (exact Eq. 12) on the test split and
+the dev split held out of the training queries; ``results.json`` records metrics and wall seconds per stage.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from functools import cached_property
+from pathlib import Path
+
+import yaml
+
+from retromae_ir.chain.config import ChainConfig
+from retromae_ir.io import atomic_write
+
+log = logging.getLogger("retromae_ir.chain")
+MODES = ("dense", "sparse", "hybrid")
+METRICS = ("ndcg@10", "recall@100")
+# searched over the chain's own corpus (a sub-corpus changes every figure): stage name -> (label, its mode)
+BASELINES = {"baseline-bm25": ("BM25 flat (Pyserini)", "sparse"),
+             "baseline-minilm-mean": ("all-MiniLM-L6-v2 off the shelf (mean pooling)", "dense")}
+ABLATION = "no-pretrain"
+
+
+class StageFailed(RuntimeError):
+    """A stage's command exited non-zero; its output is in the chain's commands.log."""
+
+
+def command(*args: str, log_file: Path) -> None:
+    """Run ``python -m ...``, output appended to ``log_file``; a failure stops the chain naming the log."""
+    log.info("running: %s", " ".join(args))
+    with open(log_file, "a") as handle:
+        done = subprocess.run([sys.executable, "-m", *args], stdout=handle, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise StageFailed(f"{args[0]} failed (exit {done.returncode}); see {log_file}")
+
+
+class Chain:
+    """The chain (with DupMAE pre-training unless the configuration says not); results.json in ``output`` records
+    metrics and wall time per stage."""
+
+    @property
+    def label(self) -> str:
+        return "DupMAE pre-training" if self.config.pretrain else "no pre-training"
+
+    def __init__(self, folder: Path, corpus: Path, output: Path, config: ChainConfig, model: str | None, bf16: bool,
+                 pretrained: Path | None = None):
+        self.folder, self.output, self.config, self.model, self.bf16 = folder, output, config, model, bf16
+        self.corpus, self.pretrained = corpus, pretrained
+        output.mkdir(parents=True, exist_ok=True)
+        from retromae_ir.data.splits import carve_dev_split
+
+        train_qrels, self.dev_qrels = carve_dev_split(folder / "qrels" / "train.tsv", config.dev_queries,
+                                                      output / "splits")
+        self.train = ["--queries", str(folder / "queries.jsonl"), "--qrels", str(train_qrels)]
+        self.results_path = output / "results.json"
+        self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
+        self.log_file = output / "commands.log"
+        self.index_root = output / "indexes"
+
+    def timed(self, name: str, done: Path, run) -> Path:
+        """Run a stage unless ``done`` exists; its wall time goes into results.json."""
+        if not done.exists():
+            start = time.time()
+            run()
+            self.record(name, wall_s=round(time.time() - start, 1))
+        return done
+
+    def record(self, name: str, **values) -> None:
+        self.results.setdefault(name, {}).update(values)
+        with atomic_write(self.results_path) as handle:
+            json.dump(self.results, handle, indent=2)
+
+    def flags(self, stage_dir: Path, steps: int, epochs: float = 0.0) -> list[str]:
+        length = ["--epochs", str(epochs)] if epochs > 0 else ["--max-steps", str(steps)]
+        return ["--output", str(stage_dir), *length, "--warmup-ratio", str(self.config.warmup_ratio),
+                "--save-steps", "50", "--logging-steps", "5", "--resume", *(["--bf16"] if self.bf16 else [])]
+
+    def write_card(self, name: str, checkpoint: Path | str, sparse_weight: float = 1.0) -> Path:
+        """A DupMAE card over ``checkpoint`` with the configuration's lengths and k; pooling and normalisation are
+        what the checkpoint declares (retromae_ir/encode/declared.py)."""
+        c, card = self.config, self.output / f"{name}.yaml"
+        card.write_text(yaml.safe_dump({"checkpoint": str(checkpoint), "kind": "dupmae",
+                                        "dims": self.hidden(checkpoint), "k": c.k, "query_k": c.query_k,
+                                        "sparse_weight": sparse_weight, "max_query_length": c.query_length,
+                                        "max_passage_length": c.passage_length}))
+        return card
+
+    @staticmethod
+    def hidden(checkpoint: Path | str) -> int:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(str(checkpoint)).hidden_size
+
+    # ---- stages ------------------------------------------------------------------------------------------------
+    def start(self) -> Path:
+        """The card stage 1 starts from: the DupMAE pre-training output (skipped for --pretrained), or the model
+        itself without pre-training; its OT weight chosen on the dev split."""
+        if not self.config.pretrain:
+            return self.start_card("0-start", self.start_checkpoint())
+        c, out = self.config, self.pretrained or self.output / "0-pretrain"
+        model = ["--model", self.model] if self.model else []
+        self.timed("0-pretrain", out / "config.json", lambda: command(
+            "retromae_ir.pretrain", "--method", "dupmae", *model, "--corpus", str(self.corpus),
+            "--max-length", str(c.pretrain_length), "--batch-size", str(c.pretrain_batch), "--lr", "1e-4",
+            *self.flags(out, c.pretrain_steps), log_file=self.log_file))
+        return self.start_card("0-pretrain", out.resolve())
+
+    def start_checkpoint(self) -> str:
+        from retromae_ir.encode.cards import load_card
+
+        return self.model or load_card("dupmae-minilm").checkpoint_path()
+
+    def start_card(self, name: str, checkpoint: Path | str) -> Path:
+        """The starting checkpoint's card with Eq. 12's OT weight: the configured one, or the best on the dev split
+        (then the starting checkpoint is also evaluated, at that weight, on the test split)."""
+        if self.config.sparse_weight > 0:
+            card = self.write_card(name, checkpoint, self.config.sparse_weight)
+            if self.config.evaluate_pretrained:
+                self.evaluate(name, self.card_retrievers(card))
+            return card
+        if "sparse_weight" not in self.results.get(name, {}):
+            self.choose_sparse_weight(name, self.write_card(f"{name}-unweighted", checkpoint))
+        return self.write_card(name, checkpoint, self.results[name]["sparse_weight"])
+
+    def choose_sparse_weight(self, name: str, card: Path) -> None:
+        """Sweep the OT weight on the dev split over the starting checkpoint's index; record the sweep, the choice,
+        and the starting checkpoint's test metrics (dense, sparse, and the hybrid at the chosen weight only)."""
+        from retromae_ir.evaluate.sparse_weight import best_weight, sweep_sparse_weight
+
+        start = time.time()
+        retrievers = self.card_retrievers(card)
+        for mode in ("dense", "sparse"):
+            self.evaluate_mode(name, mode, retrievers[mode])
+        retriever = retrievers["hybrid"]
+        index = retriever.build_index(self.corpus, self.index_name(name))
+        sweep = sweep_sparse_weight(index, retriever.model, *self.dev_queries)
+        weight = best_weight(sweep)
+        test = sweep_sparse_weight(index, retriever.model, *self.test_queries, weights=[weight])[weight]
+        log.info("%s: OT weight %g chosen on the dev split (dev %s); test %s", name, weight, sweep[weight], test)
+        self.record(name, sparse_weight=weight, sparse_weight_sweep={str(w): m for w, m in sweep.items()},
+                    hybrid=test, eval_wall_s=round(time.time() - start, 1))
+
+    def bm25_negatives(self) -> Path:
+        return self.mine("1-bm25-negatives", "bm25")
+
+    def stage1_data(self) -> list[str]:
+        """Eq. 13 is in-batch negatives only (group 1: the training qrels); a larger group adds BM25 negatives."""
+        if self.config.group_stage1 == 1:
+            return self.train
+        return ["--train", str(self.bm25_negatives())]
+
+    def index_name(self, stage: str) -> str:
+        return f"{self.folder.name}-{self.output.name}-{stage}"
+
+    def mine(self, name: str, retriever: str, index_name: str | None = None) -> Path:
+        """Negatives for the training queries; with a card, through the index its evaluation built."""
+        c, out = self.config, self.output / f"{name}.jsonl"
+        return self.timed(name, out, lambda: command(
+            "retromae_ir.mine", "--retriever", retriever, "--corpus", str(self.corpus), *self.train,
+            "--output", str(out), "--min-rank", "3", "--max-rank", str(c.max_rank), "--negatives", str(c.negatives),
+            "--index-root", str(self.index_root), *(["--index-name", index_name] if index_name else []),
+            log_file=self.log_file))
+
+    def finetune(self, name: str, stage: str, card: Path, data: Path | list[str], group: int) -> Path:
+        """A fine-tuning stage on ``data``: a training file (mined negatives, soft labels) or qrels flags."""
+        out = self.output / name
+        c, distill = self.config, stage == "distill"
+        calibrate = ["--calibrate-teacher"] if distill and c.calibrate_teacher else []
+        data = data if isinstance(data, list) else ["--train", str(data)]
+        self.timed(name, out / "card.yaml", lambda: command(
+            "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), *data,
+            "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(c.batch),
+            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *self.flags(out, c.steps, c.epochs),
+            log_file=self.log_file))
+        return out / "card.yaml"
+
+    def cross_encoder(self, negatives: Path) -> Path:
+        """Train the teacher on the stage-2 negatives."""
+        c, out = self.config, self.output / "4-cross-encoder"
+        model = ["--model", self.model] if self.model else []
+        self.timed("4-cross-encoder", out / "config.json", lambda: command(
+            "retromae_ir.rerank", "train", *model, "--train", str(negatives), "--corpus", str(self.corpus),
+            "--group-size", str(c.group), "--batch-size", str(c.ce_batch), "--max-length", str(c.ce_length),
+            "--lr", str(c.ce_lr), *self.flags(out, c.ce_steps), log_file=self.log_file))
+        return out
+
+    def soft_labels(self, teacher: Path, negatives: Path) -> Path:
+        scored = self.output / "5-soft-labels.jsonl"
+        return self.timed("5-soft-labels", scored, lambda: command(
+            "retromae_ir.rerank", "score", "--model", str(teacher), "--input", str(negatives),
+            "--corpus", str(self.corpus), "--output", str(scored), "--max-length", str(self.config.ce_length),
+            log_file=self.log_file))
+
+    def card_retrievers(self, card: Path) -> dict:
+        """One retriever per mode over the same index: the corpus is encoded once for all three."""
+        from retromae_ir.search.retriever import EncoderRetriever
+
+        return {mode: EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=100, bf16=self.bf16)
+                for mode in MODES}
+
+    @cached_property
+    def test_queries(self) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+        """The test split's judged queries and qrels, read once for every evaluation."""
+        from retromae_ir.evaluate.beir_suite import judged_queries
+
+        return judged_queries(self.folder, "test")
+
+    @cached_property
+    def dev_queries(self) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+        """The dev split (held out of the training queries): settings are compared on it."""
+        from retromae_ir.data.readers import load_beir_queries, load_qrels
+
+        qrels = load_qrels(self.dev_qrels)
+        queries = load_beir_queries(self.folder / "queries.jsonl")
+        return {qid: queries[qid] for qid in qrels}, qrels
+
+    def evaluate(self, name: str, retrievers: dict) -> None:
+        """Search the test and dev queries over the chain's corpus with each mode's retriever: nDCG@10, R@100
+        (the test metrics under the mode's name, the dev metrics under ``dev``)."""
+        start = time.time()
+        for mode, retriever in retrievers.items():
+            self.evaluate_mode(name, mode, retriever)
+        if "eval_wall_s" not in self.results.get(name, {}):
+            self.record(name, eval_wall_s=round(time.time() - start, 1))
+
+    def evaluate_mode(self, name: str, mode: str, retriever) -> None:
+        from retromae_ir.evaluate import evaluate_run
+
+        done = self.results.get(name, {})
+        if mode in done and mode in done.get("dev", {}):
+            return
+        metrics = {}
+        for split, (queries, qrels) in (("test", self.test_queries), ("dev", self.dev_queries)):
+            metrics[split] = evaluate_run(retriever.retrieve(self.corpus, self.index_name(name), queries), qrels,
+                                          METRICS)
+        self.record(name, **{mode: metrics["test"]}, dev={**done.get("dev", {}), mode: metrics["dev"]})
+        log.info("%s %s: test %s, dev %s", name, mode, metrics["test"], metrics["dev"])
+
+    def baselines(self) -> None:
+        """BM25 and the off-the-shelf MiniLM over the same corpus as the stages."""
+        from retromae_ir.bm25 import BM25Retriever
+        from retromae_ir.search.retriever import EncoderRetriever
+
+        self.evaluate("baseline-bm25", {"sparse": BM25Retriever(self.index_root / "bm25")})
+        self.evaluate("baseline-minilm-mean", {"dense": EncoderRetriever(
+            "minilm-mean", mode="dense", index_root=self.index_root, hits=100, bf16=self.bf16)})
+
+    def run(self):
+        """The stages, as a generator that pauses after each evaluated stage (see ``run_in_lockstep``)."""
+        self.baselines()
+        start = self.start()
+        stage1 = self.finetune("1-stage1", "1", start, self.stage1_data(), self.config.group_stage1)
+        self.evaluate("1-stage1", self.card_retrievers(stage1))
+        yield
+        mined = self.mine("2-mined-negatives", str(stage1), self.index_name("1-stage1"))
+        stage2 = self.finetune("2-stage2", "2", stage1, mined, self.config.group)
+        self.evaluate("2-stage2", self.card_retrievers(stage2))
+        yield
+        if not self.config.distill:
+            return
+        soft = self.soft_labels(self.cross_encoder(mined), mined)
+        stage3 = self.finetune("3-distill", "distill", stage2, soft, self.config.group)
+        self.evaluate("3-distill", self.card_retrievers(stage3))
+
+
+def run_in_lockstep(chains: list[Chain]) -> None:
+    """Advance every chain one stage at a time, so an interrupted run leaves comparable rows for each chain
+    (the ablation reads the main chain's BM25 negatives and cross-encoder, which the main chain makes first)."""
+    runners = [chain.run() for chain in chains]
+    while runners:
+        for runner in list(runners):
+            if next(runner, StopIteration) is StopIteration:
+                runners.remove(runner)
+
+
+class AblationChain(Chain):
+    """The same chain from the starting model, without DupMAE pre-training. BM25 negatives and the cross-encoder
+    (whose training does not involve the bi-encoder beyond its mined negatives) are the main chain's; the soft
+    labels are this chain's own mined negatives scored by that teacher."""
+
+    label = "no pre-training (ablation)"
+
+    def __init__(self, main: Chain):
+        super().__init__(main.folder, main.corpus, main.output / ABLATION, main.config, main.model, main.bf16)
+        self.main, self.index_root = main, main.index_root
+
+    def baselines(self) -> None:
+        """The main chain's (same corpus)."""
+
+    def start(self) -> Path:
+        return self.start_card("0-start", self.start_checkpoint())
+
+    def bm25_negatives(self) -> Path:
+        return self.main.output / "1-bm25-negatives.jsonl"
+
+    def cross_encoder(self, negatives: Path) -> Path:
+        return self.main.output / "4-cross-encoder"
+
+
+
+
+def chain_corpus(folder: Path, output: Path, config: ChainConfig) -> Path:
+    """The folder's corpus, or with ``corpus_docs`` its judged sub-corpus (written once under ``output``)."""
+    corpus = folder / "corpus.jsonl"
+    if not config.corpus_docs:
+        return corpus
+    from retromae_ir.data.subcorpus import write_judged_subcorpus
+
+    sub = output / f"corpus-{config.corpus_docs}.jsonl"
+    if not sub.is_file():
+        qrels = [folder / "qrels" / "train.tsv", folder / "qrels" / "test.tsv"]
+        log.info("%s: %d documents", sub, write_judged_subcorpus(corpus, qrels, config.corpus_docs, sub))
+    return sub
+
+
+def corpus_title(folder: Path, config: ChainConfig) -> str:
+    """What the figures were searched over, for the plot's titles."""
+    return folder.name + (f", {config.corpus_docs}-document judged sub-corpus" if config.corpus_docs else "")
+
+
+def run_chain(folder: Path, output: Path, config: ChainConfig, model: str | None = None, bf16: bool = False,
+              pretrained: Path | None = None) -> list[Chain]:
+    """Every stage of the chain (and its ablation, when configured) over ``folder``, results under ``output``."""
+    if pretrained is not None and not (pretrained / "config.json").is_file():
+        raise ValueError(f"--pretrained {pretrained}: no config.json, not a finished pre-training output")
+    output.mkdir(parents=True, exist_ok=True)
+    chains = [Chain(folder, chain_corpus(folder, output, config), output, config, model, bf16, pretrained)]
+    if config.ablation and config.pretrain:
+        chains.append(AblationChain(chains[0]))
+    run_in_lockstep(chains)
+    return chains
