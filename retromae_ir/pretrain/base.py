@@ -11,6 +11,8 @@ A method is a ``PretrainModel`` subclass in its own module, registered in ``retr
   only from that generator and the global torch RNG, which the trainer seeds per step (exact resume).
 * ``make_examples(segments)`` turns the corpus segments into training examples (default: the segments).
 * ``Arguments``: the method's own argument dataclass (its fields become CLI options).
+* ``prepare_arguments(method_args, corpus, model_name)``: called by the command before the model is built, to
+  fill in what the method derives from the corpus (MASTER: its corpus statistics); default: nothing.
 """
 from __future__ import annotations
 
@@ -70,6 +72,12 @@ class PretrainModel(nn.Module, ABC):
         self.method_args = method_args if method_args is not None else self.Arguments()
 
     # ---- the method -------------------------------------------------------------------------------------
+    @classmethod
+    def prepare_arguments(cls, method_args: Any, corpus: str | Path, model_name: str) -> Any:
+        """``method_args`` completed from the corpus and the model's tokenizer before the model is built (a new
+        object; the given one is left as it is, so the run identity computed from it stays the user's options)."""
+        return method_args
+
     def encode(self, batch: dict) -> EncoderOutput:
         """Masked encoder pass with MLM loss (batch keys from ``EncoderMLMCollator``)."""
         out = self.encoder(input_ids=batch["encoder_input_ids"], attention_mask=batch["attention_mask"],

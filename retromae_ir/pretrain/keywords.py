@@ -2,8 +2,9 @@
 
 The paper masks words with a probability from TF-IDF weights, so rare words (keywords) are masked most;
 the authors' code samples whole words with weight 1 / corpus frequency until the mask ratio is reached.
-Both are offered (``icf``, the default, and ``tfidf``). The weights need corpus statistics, counted once by
-``python -m retromae_ir.pretrain.corpus_stats`` and saved as JSON, then reused by every pre-training run.
+Both are offered (``icf``, the default, and ``tfidf``). The weights need corpus statistics, counted once per
+corpus and tokenizer and saved as JSON (``corpus_stats.py``: pre-training counts them itself when they are
+missing, ``python -m retromae_ir.pretrain.corpus_stats`` ahead of time), then reused by every pre-training run.
 
 A word is what ``masking.word_ids`` groups (a WordPiece token and its ``##`` continuations); its string is
 the pieces joined without ``##``, so the counts are the same words the collator masks.
@@ -67,6 +68,9 @@ class CorpusStats:
     num_words: int = 0
     cf: Counter = field(default_factory=Counter)
     df: Counter = field(default_factory=Counter)
+    # what the counts were made from (corpus_stats.StatsKey.stored()): how pre-training finds them again; not
+    # part of equality (the same counts are equal whichever file they came from)
+    key: dict | None = field(default=None, compare=False)
 
     def add_document(self, words: Sequence[str]) -> None:
         self.num_docs += 1
@@ -76,6 +80,7 @@ class CorpusStats:
 
     def save(self, path: str | Path) -> None:
         body = {"format": STATS_FORMAT, "version": 1, "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
+                **({"key": self.key} if self.key is not None else {}),
                 "num_docs": self.num_docs, "num_words": self.num_words,
                 "words": {w: [c, self.df[w]] for w, c in self.cf.most_common()}}
         with atomic_write(path) as handle:
@@ -92,9 +97,10 @@ class CorpusStats:
                                    "(python -m retromae_ir.pretrain.corpus_stats)")
         try:
             words = body["words"]
+            key = body.get("key")
             return cls(str(body["tokenizer"]), int(body["vocab_size"]), int(body["num_docs"]), int(body["num_words"]),
                        Counter({w: int(c) for w, (c, _) in words.items()}),
-                       Counter({w: int(d) for w, (_, d) in words.items()}))
+                       Counter({w: int(d) for w, (_, d) in words.items()}), key if isinstance(key, dict) else None)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise CorpusStatsError(f"{path}: malformed corpus statistics ({error!r})") from error
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -35,7 +35,7 @@ from transformers.models.bert.modeling_bert import BertLayer
 from retromae_ir.data.readers import DataFormatError
 from retromae_ir.pretrain.base import EncoderOutput, PretrainModel, token_cross_entropy
 from retromae_ir.pretrain.collate import EncoderMLMCollator, Segment, TokenTables, pad_batch
-from retromae_ir.pretrain.keywords import CorpusStats, KeywordMasker, KeywordWeighting
+from retromae_ir.pretrain.keywords import WEIGHTINGS, CorpusStats, KeywordMasker, KeywordWeighting
 from retromae_ir.pretrain.masking import IGNORE_INDEX, mlm_corrupt, sample_whole_words
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,9 @@ class MasterArguments:
     master_tasks: str = field(default="mkp,cmp,npr,dor,gor", metadata={
         "help": "comma-separated decoder tasks out of mkp,cmp,npr,dor,gor (ablations: leave some out)"})
     master_corpus_stats: str | None = field(default=None, metadata={
-        "help": "word statistics for MKP/NPR keyword masking (python -m retromae_ir.pretrain.corpus_stats)"})
+        "help": "word statistics for MKP/NPR keyword masking (python -m retromae_ir.pretrain.corpus_stats --output "
+                "FILE). Default: counted from --corpus on first use and reused after, found by a digest of the "
+                "corpus and the tokenizer beside the corpus or under $RETROMAE_IR_CACHE/corpus_stats"})
     master_keyword_weighting: str = field(default="icf", metadata={
         "help": "icf: 1/corpus frequency (authors' code); tfidf: tf x smoothed idf (paper's wording)"})
     master_side_texts: str | None = field(default=None, metadata={
@@ -74,6 +76,18 @@ class MasterExample:
     segment: Segment
     npr_source: tuple[int, ...] | None = None
     npr_target: tuple[int, ...] | None = None
+
+
+def check_arguments(args: MasterArguments) -> None:
+    """Refuse inconsistent options (cheap: the command runs it before counting any corpus statistics)."""
+    parse_tasks(args.master_tasks)
+    if args.master_npr_pairs not in ("segments", "halves"):
+        raise MasterSetupError(f"--master-npr-pairs must be segments or halves, got {args.master_npr_pairs!r}")
+    if args.master_decoder_init not in ("random", "copy"):
+        raise MasterSetupError(f"--master-decoder-init must be random or copy, got {args.master_decoder_init!r}")
+    if args.master_keyword_weighting not in WEIGHTINGS:
+        raise MasterSetupError(f"--master-keyword-weighting must be one of {', '.join(WEIGHTINGS)}, got "
+                               f"{args.master_keyword_weighting!r}")
 
 
 def parse_tasks(spec: str) -> tuple[str, ...]:
@@ -236,8 +250,7 @@ class MASTER(PretrainModel):
     def __init__(self, backbone, masking, method_args=None):
         super().__init__(backbone, masking, method_args)
         args = self.method_args
-        if args.master_npr_pairs not in ("segments", "halves"):
-            raise MasterSetupError(f"--master_npr_pairs must be segments or halves, got {args.master_npr_pairs!r}")
+        check_arguments(args)
         self.tables = TokenTables(self.tokenizer)
         self.side_texts = self._side_texts(args)
         self.tasks = self._active_tasks(parse_tasks(args.master_tasks))
@@ -245,6 +258,22 @@ class MASTER(PretrainModel):
         self.decoders = nn.ModuleDict({task: self._new_decoder(args) for task in self.tasks})
 
     # ---- set-up ------------------------------------------------------------------------------------------------
+    @classmethod
+    def prepare_arguments(cls, method_args: MasterArguments | None, corpus: str | Path,
+                          model_name: str) -> MasterArguments:
+        """With MKP or NPR on and no ``master_corpus_stats``: the statistics of ``corpus`` under the model's
+        tokenizer, reused when counted before, else counted now (``corpus_stats.ensure_corpus_stats``)."""
+        args = method_args if method_args is not None else cls.Arguments()
+        check_arguments(args)
+        if args.master_corpus_stats is not None or not {"mkp", "npr"} & set(parse_tasks(args.master_tasks)):
+            return args
+        from transformers import AutoTokenizer
+
+        from retromae_ir.pretrain.corpus_stats import ensure_corpus_stats
+
+        path = ensure_corpus_stats(corpus, AutoTokenizer.from_pretrained(model_name), model_name)
+        return replace(args, master_corpus_stats=str(path))
+
     def _side_texts(self, args: MasterArguments) -> dict[str, dict[str, str]]:
         if args.master_side_texts is None:
             return {}
@@ -266,9 +295,10 @@ class MASTER(PretrainModel):
 
     def _keyword_masker(self, args: MasterArguments) -> KeywordMasker:
         if args.master_corpus_stats is None:
-            raise MasterSetupError("MKP and NPR need corpus statistics: run python -m "
+            raise MasterSetupError("MKP and NPR need corpus statistics: the pre-training command counts them "
+                                   "itself; building MASTER directly, pass master_corpus_stats (a file from python -m "
                                    "retromae_ir.pretrain.corpus_stats --corpus CORPUS --model MODEL --output STATS, "
-                                   "then pass --master_corpus_stats STATS")
+                                   "or MASTER.prepare_arguments(args, corpus, model))")
         weighting = KeywordWeighting(CorpusStats.load(args.master_corpus_stats), args.master_keyword_weighting)
         return KeywordMasker(self.tables, weighting)
 
@@ -284,8 +314,6 @@ class MASTER(PretrainModel):
                                        f"{len(source)}-layer encoder")
             for target, layer in zip(decoder.layers, source[-args.master_decoder_layers:]):
                 target.load_state_dict(layer.state_dict())
-        else:
-            raise MasterSetupError(f"--master_decoder_init must be random or copy, got {args.master_decoder_init!r}")
         return decoder
 
     # ---- data --------------------------------------------------------------------------------------------------
