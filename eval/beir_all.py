@@ -4,9 +4,10 @@ Thin front end over :mod:`retromae_ir.evaluate.beir_suite`: writes ``runs/<retri
 an encoder card, ``runs/<card>/``; ``runs/<card>-<mode>/`` for a non-default search mode), a results table
 (markdown + CSV), a bar chart and a log. Datasets whose run file exists are re-scored, not re-run, unless
 ``--force``; an encoded corpus is reused while the card and the corpus are unchanged. Datasets that cannot be
-resolved, or give no valid result (an empty corpus, no hits at all), are listed with the reason; a failed one makes
-the exit status 1, as does evaluating nothing. The runs folder and the index folder are locked for the whole run:
-a second driver writing either exits at once with status 2.
+resolved are listed with the reason. A dataset that gives no valid result (malformed files, an empty corpus, no
+hits at all) is an ``error:`` line naming its file and line, and makes the exit status 2 (the other datasets'
+results are kept); so does evaluating nothing, which leaves no runs folder behind. The runs folder and the index
+folder are locked for the whole run: a second driver writing either exits at once with status 2.
 """
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from pathlib import Path
 from retromae_ir.data.beir import BEIR_DATASETS
 from retromae_ir.evaluate.beir_suite import BeirSuite, result_notes, write_results
 from retromae_ir.evaluate.report import format_markdown
+from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.evaluate.retrievers import add_retriever_arguments, check_retriever_arguments, evaluation_session
-from retromae_ir.io import command_errors
+from retromae_ir.evaluate.runs import EvaluationError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="eval/beir_all.py", description=__doc__.split("\n")[0])
+    parser = add_debug_flag(argparse.ArgumentParser(prog="eval/beir_all.py", description=__doc__.split("\n")[0]))
     add_retriever_arguments(parser)
     parser.add_argument("--datasets", nargs="+", choices=list(BEIR_DATASETS), metavar="NAME",
                         help="default: all 18 (those that cannot be resolved are listed, not fatal)")
@@ -36,24 +38,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+@command  # a bad card (CardError) or retriever option, a held output: one line, exit 2
 def main(argv=None) -> int:
     args = parse_args(argv)
-    with command_errors(ValueError):  # a bad card (CardError) or retriever option
-        with evaluation_session(args, "beir.log") as (retriever, out_dir):
-            return evaluate(args, retriever, out_dir)
+    with evaluation_session(args, "beir.log") as (retriever, out_dir):
+        return evaluate(args, retriever, out_dir)
 
 
 def evaluate(args: argparse.Namespace, retriever, out_dir: Path) -> int:
-    """Run the suite with the locks held; 1 when a dataset failed or none was evaluated, else 0."""
+    """Run the suite with the locks held; 2 when a dataset failed, ``EvaluationError`` when none was evaluated
+    (each failed or missing dataset first gets an ``error:`` line), else 0."""
     suite = BeirSuite(retriever, out_dir, args.data_dir, force=args.force, download=not args.no_download)
     results = suite.run(args.datasets)
-    frame = write_results(results, retriever.name, out_dir)
-    print(format_markdown(frame) if len(frame) else "no dataset could be evaluated")
-    for note in result_notes(results):
-        print(note)
-    print(f"tables: {out_dir / 'beir-results.md'}, {out_dir / 'beir-results.csv'}; log: {out_dir / 'beir.log'}")
-    failed = any(r.status == "failed" for r in results) or not any(r.evaluated for r in results)
-    return 1 if failed else 0
+    evaluated = any(r.evaluated for r in results)
+    failed = [r for r in results if r.status == "failed"]
+    if evaluated:
+        frame = write_results(results, retriever.name, out_dir)
+        print(format_markdown(frame))
+        for note in result_notes(results):
+            print(note)
+        print(f"tables: {out_dir / 'beir-results.md'}, {out_dir / 'beir-results.csv'}; log: {out_dir / 'beir.log'}")
+    for result in failed if evaluated else results:
+        print(f"error: {result.dataset}: {result.reason}", file=sys.stderr)
+    if not evaluated:
+        raise EvaluationError("no dataset could be evaluated")
+    return 2 if failed else 0
 
 
 if __name__ == "__main__":

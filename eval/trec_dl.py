@@ -8,19 +8,20 @@ the index folder are locked for the whole run: a second driver writing either ex
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from retromae_ir.evaluate.report import format_markdown, write_table
+from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.evaluate.retrievers import add_retriever_arguments, check_retriever_arguments, evaluation_session
 from retromae_ir.evaluate.trec_dl import TOPIC_SETS, evaluate_topic_set
-from retromae_ir.io import command_errors
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="eval/trec_dl.py", description=__doc__.split("\n")[0])
+    parser = add_debug_flag(argparse.ArgumentParser(prog="eval/trec_dl.py", description=__doc__.split("\n")[0]))
     add_retriever_arguments(parser)
     parser.add_argument("--collection", type=Path, required=True,
                         help="MS MARCO passage collection.tsv (pid<TAB>passage), or a BEIR-style corpus.jsonl")
@@ -34,15 +35,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+@command  # bad card, empty collection, missing topic files, a held output: one line, exit 2
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.collection.is_file():
-        print(f"error: collection {args.collection} not found (the MS MARCO passage collection is not bundled: "
-              "download collection.tsv from the MS MARCO site and pass its path)", file=sys.stderr)
-        return 2
-    with command_errors(ValueError, FileNotFoundError):  # bad card, empty collection, missing topic files
-        with evaluation_session(args, "trec-dl.log") as (retriever, out_dir):
-            return evaluate(args, retriever, out_dir)
+        raise FileNotFoundError(errno.ENOENT, "collection not found (the MS MARCO passage collection is not "
+                                "bundled: download collection.tsv from the MS MARCO site and pass its path)",
+                                str(args.collection))
+    with evaluation_session(args, "trec-dl.log") as (retriever, out_dir):
+        return evaluate(args, retriever, out_dir)
 
 
 def evaluate(args: argparse.Namespace, retriever, out_dir: Path) -> int:

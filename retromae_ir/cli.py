@@ -1,5 +1,8 @@
-"""The command-line convention every ``python -m retromae_ir.*`` command follows: ``prog`` is the command a user
-types, and ``--help`` shows dashed flags (``--max-steps``) only.
+"""The command-line convention every ``python -m retromae_ir.*`` command and ``eval/*.py`` script follows: ``prog``
+is the command a user types, ``--help`` shows dashed flags (``--max-steps``) only, and errors follow one rule
+(``command``): an error the user can fix (bad input, a missing or unwritable file, a wrong card, another process
+writing the output) prints one ``error: ...`` line naming the file and line or the field, and exits 2, without a
+traceback unless ``--debug`` (or ``RETROMAE_IR_DEBUG=1``); an unexpected failure keeps its traceback.
 
 ``transformers.HfArgumentParser`` registers each dataclass field ``max_steps`` as ``--max_steps`` and
 ``--max-steps`` (and a ``True``-default bool's complement as ``--no_x`` and ``--no-x``). ``dataclass_parser`` keeps
@@ -7,7 +10,41 @@ both spellings accepted but names only the dashed one in usage, help and error m
 """
 from __future__ import annotations
 
-from typing import Iterable
+import argparse
+import functools
+import sys
+from typing import Callable, Iterable, Sequence
+
+from retromae_ir.io import DEBUG_ENV, command_errors, debug_mode
+
+DEBUG_FLAG = "--debug"
+DEBUG_HELP = f"show the traceback of an error (also {DEBUG_ENV}=1)"
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """List ``--debug`` in ``parser``'s help. ``command`` takes the flag out of argv before any parser sees it, so
+    it is accepted anywhere on the line (after a subcommand too) and never reaches a parser's namespace."""
+    parser.add_argument(DEBUG_FLAG, action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    return parser
+
+
+def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
+    """``argv`` (``sys.argv[1:]`` when None) without ``--debug``, and whether it was there."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return [arg for arg in argv if arg != DEBUG_FLAG], DEBUG_FLAG in argv
+
+
+def command(main: Callable) -> Callable:
+    """Decorate a command's ``main(argv)``: ``--debug`` is taken out of ``argv``, and the whole command (its argument
+    parsing included) runs inside ``io.command_errors``, so every error a user can fix exits 2 with one line."""
+    @functools.wraps(main)
+    def run(argv: Sequence[str] | None = None):
+        argv, debug = split_debug(argv)
+        with debug_mode(debug), command_errors():
+            return main(argv)
+
+    run.is_command = True
+    return run
 
 
 def dataclass_parser(dataclass_types: Iterable[type], prog: str, **kwargs):
@@ -15,6 +52,7 @@ def dataclass_parser(dataclass_types: Iterable[type], prog: str, **kwargs):
     from transformers import HfArgumentParser
 
     parser = HfArgumentParser(list(dataclass_types), prog=prog, **kwargs)
+    add_debug_flag(parser)  # SUPPRESS default: never in the namespace, so no extra dataclass-less output
     for action in parser._actions:
         dashed = [option for option in action.option_strings if not (option.startswith("--") and "_" in option)]
         if dashed:  # the underscore spellings stay in parser._option_string_actions, so they still parse

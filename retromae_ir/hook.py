@@ -3,11 +3,14 @@ import argparse
 import sys
 
 from retromae_ir import pyserini_env
+from retromae_ir.cli import add_debug_flag, command
 
 
+@command
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retromae_ir.hook",
                                      description="Java 21+ and offline start-up for Pyserini in this environment.")
+    add_debug_flag(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("install", help="write the .pth start-up file into this environment's site-packages")
     sub.add_parser("uninstall", help="remove that file")

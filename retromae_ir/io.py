@@ -4,11 +4,14 @@ Every command writes to a temporary path and renames, so an interrupted or faile
 file (or directory) where a finished one is expected; the renamed file gets the ordinary mode of the user's umask,
 not the 0600 of a temporary file. ``output_lock`` makes a second writer of the same output fail at once; a writer
 that holds it may remove what a killed predecessor left (``remove_stale_temporaries``). ``command_errors`` turns a
-command's expected failures into one ``error:`` line and an exit status.
+command's user errors (bad input, a missing or unwritable file, another writer) into one ``error:`` line and exit
+status 2.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
 import hashlib
 import logging
 import os
@@ -16,17 +19,32 @@ import re
 import shutil
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import IO, Iterator
 
 logger = logging.getLogger(__name__)
 
 
+def make_parent(path: str | os.PathLike) -> Path:
+    """Create the folder ``path`` goes in (and its parents); a file standing where a folder is needed is a
+    ``NotADirectoryError`` naming both, not ``mkdir``'s bare "File exists"."""
+    parent = Path(path).parent
+    for folder in (parent, *parent.parents):
+        if folder.exists() or folder.is_symlink():
+            if not folder.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"cannot be written: {folder} is a file, not a folder",
+                                         str(path))
+            break
+    parent.mkdir(parents=True, exist_ok=True)
+    return parent
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success rename it onto ``path``, on error delete it."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(target)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     binary = "b" in mode
     try:
@@ -44,7 +62,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory beside ``path``; on success it replaces ``path`` (removed first if present)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(target)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     try:
         yield tmp
@@ -91,7 +109,7 @@ def output_lock(output: str | os.PathLike) -> Iterator[Path]:
     from filelock import FileLock, Timeout
 
     path = lock_path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(Path(output).resolve())
     owner = path.with_name(path.name + ".pid")  # filelock truncates the lock file itself on open
     lock = FileLock(str(path), timeout=0)
     try:
@@ -123,21 +141,71 @@ def remove_stale_temporaries(*folders: str | os.PathLike) -> list[Path]:
     return stale
 
 
+# What a user can fix, as opposed to a bug: bad arguments or input (``ValueError``: DataFormatError, CardError,
+# IndexMismatchError, TrainerError ...), a file that is missing, unreadable or unwritable, another writer.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OutputLockedError, FileNotFoundError, PermissionError,
+                                                IsADirectoryError, NotADirectoryError, FileExistsError)
+EXIT_USER_ERROR = 2
+DEBUG_ENV = "RETROMAE_IR_DEBUG"
+_debug: contextvars.ContextVar[bool | None] = contextvars.ContextVar("retromae_ir_debug", default=None)
+
+
+def debugging() -> bool:
+    """Whether errors show their traceback: ``--debug`` on the running command, or ``RETROMAE_IR_DEBUG=1``."""
+    flag = _debug.get()
+    if flag is not None:
+        return flag
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
 @contextlib.contextmanager
-def command_errors(*expected: type[BaseException]) -> Iterator[None]:
-    """A command's foreseen failures as one ``error: ...`` line on stderr, no traceback: exit status 2 when another
-    process holds the output (``OutputLockedError``), 1 for ``expected`` (bad arguments or input)."""
+def debug_mode(enabled: bool) -> Iterator[None]:
+    """Show tracebacks (``enabled``) for the block, whatever the environment says; set by ``cli.command``."""
+    token = _debug.set(enabled or None)
     try:
         yield
-    except OutputLockedError as error:
-        _exit_with(error, 2)
-    except expected as error:
-        _exit_with(error, 1)
+    finally:
+        _debug.reset(token)
 
 
-def _exit_with(error: BaseException, status: int) -> None:
-    print(f"error: {error}", file=sys.stderr)
-    raise SystemExit(status)
+def is_user_error(error: BaseException, expected: tuple[type[BaseException], ...] = ()) -> bool:
+    """A failure the user can fix (see ``USER_ERRORS``); also a full disk or a read-only file system."""
+    if isinstance(error, USER_ERRORS + tuple(expected)):
+        return True
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+
+
+def error_line(error: BaseException) -> str:
+    """The one line a user sees: ``error: <what>``; an ``OSError`` as ``error: <file>: <reason>``."""
+    if isinstance(error, OSError) and error.strerror:
+        where = ": ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+        return f"error: {where + ': ' if where else ''}{error.strerror[0].lower()}{error.strerror[1:]}"
+    return f"error: {error}"
+
+
+@contextlib.contextmanager
+def command_errors(*expected: type[BaseException]) -> Iterator[None]:
+    """A command's foreseen failures (``USER_ERRORS``, a full disk, and ``expected``) as one ``error: ...`` line on
+    stderr and exit status 2, without a traceback unless ``debugging()``; anything else (a bug) propagates with
+    its traceback. ``retromae_ir.cli.command`` puts every command's ``main`` inside one."""
+    try:
+        yield
+    except BaseException as error:
+        if isinstance(error, (SystemExit, KeyboardInterrupt)) or not is_user_error(error, expected):
+            raise
+        _close_progress_bars()
+        if debugging():
+            traceback.print_exc()
+        print(error_line(error), file=sys.stderr)
+        raise SystemExit(EXIT_USER_ERROR) from None
+
+
+def _close_progress_bars() -> None:
+    """Close the tqdm bars the failure left open, so the ``error:`` line starts a line of its own."""
+    tqdm_module = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm_module, "tqdm", None), "_instances", ())):
+        with contextlib.suppress(Exception):
+            bar.close()
 
 
 def remove_stale_temporaries_of(output: str | os.PathLike) -> list[Path]:

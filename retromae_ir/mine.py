@@ -16,10 +16,10 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from retromae_ir.cli import dataclass_parser
+from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.data.readers import load_qrels, load_topics
 from retromae_ir.evaluate.metrics import ranked
-from retromae_ir.io import atomic_write, claim_output, command_errors
+from retromae_ir.io import atomic_write, claim_output
 from retromae_ir.logs import setup_logging
 
 logger = logging.getLogger(__name__)
@@ -127,12 +127,12 @@ def _mine_into(args: MiningArguments) -> Path:
     return Path(args.output)
 
 
+@command  # bad arguments or input (DataFormatError, CardError): one line, exit 2
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    with command_errors(ValueError):  # bad arguments or input (DataFormatError, CardError)
-        (args,) = dataclass_parser([MiningArguments], "python -m retromae_ir.mine",
-                                   description=__doc__).parse_args_into_dataclasses(argv)
-        run(args)
+    (args,) = dataclass_parser([MiningArguments], "python -m retromae_ir.mine",
+                               description=__doc__).parse_args_into_dataclasses(argv)
+    run(args)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Prepare a TREC submission: ``python -m retromae_ir.submit RUN --topics FILE --tag TAG [--output DIR]``.
 
-Checks everything a TREC submission system rejects, reports every violation at once (each names the line and
-topic), and only when the run is clean writes ``DIR/TAG.gz`` (the run in canonical form, tagged TAG) and
-``DIR/TAG.description.txt``. Nothing is written when a check fails.
+Checks everything a TREC submission system rejects, reports every violation at once (one ``error:`` line each,
+naming the line and topic, then their count; exit status 2), and only when the run is clean writes ``DIR/TAG.gz``
+(the run in canonical form, tagged TAG) and ``DIR/TAG.description.txt``. Nothing is written when a check fails.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from retromae_ir import __version__
+from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.data.readers import iter_lines, load_topics
 from retromae_ir.evaluate.runs import MAX_DEPTH, run_violations, write_trec_run
 from retromae_ir.io import atomic_write, file_digest
@@ -78,24 +79,22 @@ def write_submission(run: dict, tag: str, out_dir: Path, source: Path, topics_pa
     return out_dir / f"{tag}.gz", out_dir / f"{tag}.description.txt"
 
 
+@command
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m retromae_ir.submit", description=__doc__.split("\n")[0])
+    parser = add_debug_flag(argparse.ArgumentParser(prog="python -m retromae_ir.submit",
+                                                    description=__doc__.split("\n")[0]))
     parser.add_argument("run", type=Path)
     parser.add_argument("--topics", type=Path, required=True, help="the topics the run must answer, all of them")
     parser.add_argument("--tag", required=True, help="run tag: 1-12 letters and digits")
     parser.add_argument("--output", type=Path, default=Path("runs/submissions"))
     parser.add_argument("--description", default="", help="free text for the description file")
     args = parser.parse_args(argv)
-    for path in (args.run, args.topics):
-        if not path.is_file():
-            print(f"error: {path} does not exist", file=sys.stderr)
-            return 2
-    run, violations = check_submission(args.run, args.topics, args.tag)
+    run, violations = check_submission(args.run, args.topics, args.tag)  # a missing file: one line, exit 2
     if violations:
-        print(f"{args.run}: {len(violations)} violation(s); nothing written:", file=sys.stderr)
         for violation in violations:
-            print(f"  {violation}", file=sys.stderr)
-        return 1
+            print(f"error: {violation}", file=sys.stderr)
+        print(f"error: {args.run}: {len(violations)} violation(s); nothing written", file=sys.stderr)
+        return 2
     gz, description = write_submission(run, args.tag, args.output, args.run, args.topics, args.description)
     print(f"wrote {gz} and {description}")
     return 0

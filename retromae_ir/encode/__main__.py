@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from retromae_ir.io import claim_output, command_errors
+from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.io import claim_output
 from retromae_ir.logs import FORMAT as LOG_FORMAT
 
 DTYPES = ("auto", "bf16", "fp32", "int8")
@@ -31,7 +32,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m retromae_ir.encode", description=__doc__)
+    parser = add_debug_flag(argparse.ArgumentParser(prog="python -m retromae_ir.encode", description=__doc__))
     sub = parser.add_subparsers(dest="command", required=True)
     corpus = sub.add_parser("corpus", help="encode a corpus (a shard of it with --shard-id/--shard-num)")
     _common(corpus)
@@ -164,12 +165,13 @@ def _has_vectors(output: Path) -> bool:
         (output / part).exists() for part in ("dense", "sparse", "sparse.jsonl", "manifest.json"))
 
 
+@command  # errors a user can fix (bad input, a refused mismatch, a held output): one line, exit 2
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "corpus":
         args.shard_id, args.shard_num = _shard(args)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    with command_errors(ValueError), _writing(args):  # ValueError: bad input, a refused mismatch (IndexMismatchError)
+    with _writing(args):
         {"corpus": run_corpus, "merge": run_merge, "queries": run_queries}[args.command](args)
     print(f"wrote {args.output}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 from pathlib import Path
 from typing import Iterator
 
@@ -48,9 +49,17 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
     """A driver's set-up: the retriever of ``args`` and its runs folder ``RUNS_DIR/<retriever>/`` (the run files,
     i.e. the evaluation cache), locked for the whole block so a second driver writing it fails at once, logging to
     ``<runs folder>/<log_name>``; ``claim_output`` deletes the ``.*.tmp`` a killed run-file write left. (Each index is
-    locked by the code that builds it, see ``bm25.build_index`` and ``EncoderRetriever.build_index``.)"""
+    locked by the code that builds it, see ``bm25.build_index`` and ``EncoderRetriever.build_index``.) A runs folder
+    this session created is removed again when the block fails, so a failed driver leaves nothing behind."""
     retriever = make_retriever(args)
     out_dir = args.runs_dir / retriever.name
     with claim_output(out_dir):
+        created = not out_dir.exists()
         setup_logging(out_dir / log_name)
-        yield retriever, out_dir
+        try:
+            yield retriever, out_dir
+        except BaseException:
+            if created:
+                setup_logging()  # close the log file before its folder goes
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise

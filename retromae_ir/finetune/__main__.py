@@ -11,14 +11,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from retromae_ir.cli import dataclass_parser
+from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.encode.cards import load_card
 from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments, LossArguments, ModelArguments
 from retromae_ir.finetune.calibration import calibrated_teacher_temperature
 from retromae_ir.finetune.data import load_examples
 from retromae_ir.finetune.model import BiEncoder, load_encoder
 from retromae_ir.finetune.trainer import FinetuneTrainer
-from retromae_ir.io import command_errors
 from retromae_ir.logs import setup_logging
 from retromae_ir.pretrain.trainer import exclusive_run, run_identity
 
@@ -55,10 +54,10 @@ def _train(card, model_args: ModelArguments, data: DataArguments, loss: LossArgu
     return FinetuneTrainer(model, examples, training, metadata, reload, identity).train()
 
 
+@command  # bad arguments or input (DataFormatError, CardError, TrainerError): one line, exit 2
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    with command_errors(ValueError):  # bad arguments or input (DataFormatError, CardError, TrainerError)
-        run(*parse(argv))
+    run(*parse(argv))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 import torch
 
-from retromae_ir.cli import dataclass_parser
+from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.pretrain import METHODS, get_method
 from retromae_ir.pretrain.arguments import DataArguments, MaskingArguments, ModelArguments, TrainingArguments
 from retromae_ir.pretrain.backbone import check_config, default_model
@@ -63,6 +63,7 @@ def _train(model_name: str, data: DataArguments, masking: MaskingArguments, trai
     Trainer(model, model.make_examples(segments), training, metadata, identity).train()
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with command_errors(ValueError):  # bad arguments or input (CorpusError, BackboneError, TrainerError...)

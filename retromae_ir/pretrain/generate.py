@@ -14,6 +14,7 @@ an uninterrupted one with the same batch size.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from typing import Iterable, Iterator, Protocol, Sequence
 import torch
 from tqdm import tqdm
 
+from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.pretrain.data import iter_documents
 
 LOG = logging.getLogger(__name__)
@@ -202,7 +204,8 @@ def count_lines(path: Path) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m retromae_ir.pretrain.generate", description=__doc__.split("\n\n")[0])
+    p = add_debug_flag(argparse.ArgumentParser(prog="python -m retromae_ir.pretrain.generate",
+                                               description=__doc__.split("\n\n")[0]))
     p.add_argument("--corpus", required=True, type=Path,
                    help="the pre-training corpus (BEIR corpus.jsonl, {text} JSONL or plain text): same doc ids")
     p.add_argument("--output", required=True, type=Path, help="JSONL of {id, queries, continuation}")
@@ -228,12 +231,13 @@ def setup_logging(log_file: Path) -> None:
                         handlers=[logging.FileHandler(log_file), logging.StreamHandler()], force=True)
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.corpus.is_file():
-        raise SystemExit(f"corpus not found: {args.corpus}")
+        raise FileNotFoundError(errno.ENOENT, "corpus not found", str(args.corpus))
     if args.doc2query_model.lower() == "none" and args.gpt2_model.lower() == "none":
-        raise SystemExit("no generator selected: give a doc2query model, a GPT-2 model or both")
+        raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
     setup_logging(args.log_file or args.output.with_name(args.output.name + ".log"))
     LOG.info("arguments: %s", vars(args))
     generators: list[SideTextGenerator] = []

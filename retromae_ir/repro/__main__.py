@@ -6,12 +6,13 @@ import shlex
 import sys
 from pathlib import Path
 
+from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.io import atomic_write
 from retromae_ir.repro.matrix import CONDITIONS_FILE, Matrix, render_docs, run_condition
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m retromae_ir.repro", description=__doc__)
+    parser = add_debug_flag(argparse.ArgumentParser(prog="python -m retromae_ir.repro", description=__doc__))
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--list", action="store_true", help="list the conditions")
     what.add_argument("--condition", nargs="+", metavar="NAME", help="run these conditions")
@@ -23,6 +24,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@command
 def main(argv=None) -> int:
     args = parse_args(argv)
     matrix = Matrix.load(args.conditions_file)
@@ -38,7 +40,7 @@ def main(argv=None) -> int:
     names = list(matrix.conditions) if args.all else args.condition
     unknown = [n for n in names if n not in matrix.conditions]
     if unknown:
-        print(f"unknown condition(s): {', '.join(unknown)}; see --list", file=sys.stderr)
+        print(f"error: unknown condition(s): {', '.join(unknown)}; see --list", file=sys.stderr)
         return 2
     failed = 0
     for name in names:

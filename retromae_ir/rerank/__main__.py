@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from retromae_ir.cli import dataclass_parser
-from retromae_ir.io import command_errors, output_lock
+from retromae_ir.cli import add_debug_flag, command, dataclass_parser
+from retromae_ir.io import output_lock
 from retromae_ir.logs import setup_logging
 
 PROG = "python -m retromae_ir.rerank"
@@ -49,7 +49,7 @@ def score(argv: list[str]):
     model_args, args = dataclass_parser([CrossEncoderArguments, ScoreArguments],
                                         f"{PROG} score").parse_args_into_dataclasses(argv)
     if model_args.model is None:
-        raise SystemExit("score needs --model: a cross-encoder trained with `python -m retromae_ir.rerank train`")
+        raise ValueError("score needs --model: a cross-encoder trained with `python -m retromae_ir.rerank train`")
     model = CrossEncoder.load(model_args)
     if args.device:
         model.to(args.device)
@@ -57,16 +57,17 @@ def score(argv: list[str]):
         return score_file(model, args)
 
 
+@command  # bad arguments or input (DataFormatError, TrainerError): one line, exit 2
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(prog=PROG, description="the cross-encoder reranker: train it, or score with it",
                                      epilog=f"`{PROG} COMMAND --help` lists a command's options")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, summary in COMMANDS.items():  # each command's own parser reads its options (and its --help)
         commands.add_parser(name, help=summary, add_help=False)
+    add_debug_flag(parser)
     args, options = parser.parse_known_args(argv)
     setup_logging()
-    with command_errors(ValueError):  # bad arguments or input (DataFormatError, TrainerError)
-        return {"train": train, "score": score}[args.command](options)
+    return {"train": train, "score": score}[args.command](options)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.search.index import MODES
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m retromae_ir.search", description=__doc__)
+    parser = add_debug_flag(argparse.ArgumentParser(prog="python -m retromae_ir.search", description=__doc__))
     parser.add_argument("--index", required=True, type=Path, help="output of `python -m retromae_ir.encode corpus`")
     parser.add_argument("--encoder", required=True, help="the card that built the index (name or YAML path)")
     parser.add_argument("--topics", required=True, type=Path, help="topics file (TSV, .gz, JSONL or TREC)")
@@ -25,16 +26,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     import torch
 
     from retromae_ir.data.readers import load_topics
     from retromae_ir.evaluate import write_trec_run
-    from retromae_ir.search import BruteForceScorer, ExactHybridSearcher
+    from retromae_ir.io import claim_output
 
     torch.set_num_threads(args.threads)
-    topics = load_topics(args.topics)
+    with claim_output(args.output):  # one writer per run file; written atomically, once the search is done
+        run, tag = _search(args, load_topics(args.topics))
+        write_trec_run(args.output, run, tag, args.hits)
+    print(f"wrote {args.output}: {len(run)} queries")
+    return 0
+
+
+def _search(args, topics: dict[str, str]) -> tuple[dict, str]:
+    from retromae_ir.search import BruteForceScorer, ExactHybridSearcher
+
     searcher = ExactHybridSearcher(args.index, args.encoder, args.mode, args.candidates, args.threads, args.device)
     qids, texts = list(topics), list(topics.values())
     if args.brute_force:
@@ -46,10 +57,7 @@ def main(argv=None) -> int:
             run.update({qid: dict(h) for qid, h in zip(qids[start:start + args.batch_size], hits)})
     else:
         run = searcher.batch_search(texts, qids, args.hits, args.batch_size)
-    tag = args.tag or f"retromae_ir-{'brute-' if args.brute_force else ''}{args.mode}"
-    write_trec_run(args.output, run, tag, args.hits)
-    print(f"wrote {args.output}: {len(run)} queries")
-    return 0
+    return run, args.tag or f"retromae_ir-{'brute-' if args.brute_force else ''}{args.mode}"
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def test_empty_corpus_is_an_error_and_writes_no_index(tmp_path, capsys):
         read_corpus(empty)
     with pytest.raises(SystemExit) as exit_:
         main(["corpus", "--encoder", "minilm-cls", "--corpus", str(empty), "--output", str(tmp_path / "out")])
-    assert exit_.value.code == 1
+    assert exit_.value.code == 2
     assert "empty" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

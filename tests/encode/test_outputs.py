@@ -239,13 +239,13 @@ def test_kill_9_during_the_lucene_build_leaves_no_indexer_and_the_rerun_clears_i
 def test_a_malformed_corpus_leaves_no_output_behind(dense_card, tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus.jsonl", IDS, TEXTS)
     corpus.write_text(corpus.read_text() + "{not json\n")
-    assert status(encode_args(dense_card, corpus, tmp_path / "new" / "idx")) == 1
+    assert status(encode_args(dense_card, corpus, tmp_path / "new" / "idx")) == 2
     assert "error:" in capsys.readouterr().err
     assert not (tmp_path / "new" / "idx").exists()
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "notes.txt").write_text("mine")
-    assert status(encode_args(dense_card, corpus, existing)) == 1
+    assert status(encode_args(dense_card, corpus, existing)) == 2
     assert (existing / "notes.txt").read_text() == "mine"  # a folder the run did not create is left alone
 
 

@@ -1,5 +1,6 @@
 """eval/beir_all.py's failures: an empty corpus, an explicit --data-dir without the dataset, a second writer of the
-runs folder. Each exits non-zero with a clear line and leaves no run file (none of them reaches Lucene)."""
+runs folder. Each exits 2 with a clear line and leaves no run file, nor the runs folder (none of them reaches
+Lucene)."""
 from __future__ import annotations
 
 import sys
@@ -26,10 +27,12 @@ def test_empty_corpus_fails_and_caches_nothing(tmp_path, dirs, capsys):
     write_part(tmp_path / "data" / "scifact")
     (tmp_path / "data" / "scifact" / "corpus.jsonl").write_text("")
     for _ in range(2):
-        assert beir_all.main(dirs + ["--data-dir", str(tmp_path / "data")]) == 1
-        out = capsys.readouterr().out
-        assert "not evaluated: scifact:" in out and "holds no documents" in out and "0.0000" not in out
-    assert not list((tmp_path / "runs").rglob("*.trec")) and not (tmp_path / "indexes").exists()
+        with pytest.raises(SystemExit) as exit_:
+            beir_all.main(dirs + ["--data-dir", str(tmp_path / "data")])
+        captured = capsys.readouterr()
+        assert exit_.value.code == 2 and "0.0000" not in captured.out
+        assert "error: scifact:" in captured.err and "holds no documents" in captured.err
+    assert not (tmp_path / "runs" / "bm25").exists() and not (tmp_path / "indexes").exists()
 
 
 def test_explicit_data_dir_without_the_dataset_does_not_fall_back_to_the_environment(tmp_path, dirs, capsys,
@@ -37,10 +40,12 @@ def test_explicit_data_dir_without_the_dataset_does_not_fall_back_to_the_environ
     write_part(tmp_path / "env" / "scifact")
     monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
     (tmp_path / "empty").mkdir()
-    assert beir_all.main(dirs + ["--data-dir", str(tmp_path / "empty")]) == 1
-    out = capsys.readouterr().out
-    assert "no dataset could be evaluated" in out and f"is not in --data-dir {tmp_path / 'empty'}" in out
-    assert not list((tmp_path / "runs").rglob("*.trec"))
+    with pytest.raises(SystemExit) as exit_:
+        beir_all.main(dirs + ["--data-dir", str(tmp_path / "empty")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "error: no dataset could be evaluated" in err and f"is not in --data-dir {tmp_path / 'empty'}" in err
+    assert not (tmp_path / "runs" / "bm25").exists()
 
 
 def test_second_writer_of_the_runs_folder_is_refused(tmp_path, dirs, capsys):

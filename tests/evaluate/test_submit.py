@@ -52,7 +52,7 @@ def test_clean_run_is_written_gzipped_with_the_new_tag_and_a_description(tmp_pat
 ])
 def test_each_violation_is_reported_and_nothing_is_written(tmp_path, topics, capsys, run_text, tag, message):
     code, out = submit(tmp_path, topics, run_text, tag)
-    assert code == 1
+    assert code == 2
     assert message in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
 
@@ -60,7 +60,7 @@ def test_each_violation_is_reported_and_nothing_is_written(tmp_path, topics, cap
 def test_more_than_1000_results_for_a_topic(tmp_path, topics, capsys):
     text = GOOD + "".join(f"q2 Q0 x{i} {i + 2} {-i}.0 mine\n" for i in range(1000))
     code, _ = submit(tmp_path, topics, text)
-    assert code == 1
+    assert code == 2
     assert "run.trec:1003: query 'q2' has more than 1000 hits" in capsys.readouterr().err
 
 
@@ -68,5 +68,5 @@ def test_all_violations_are_listed_together(tmp_path, topics, capsys):
     text = GOOD.replace("q1 Q0 d2 2 2.0", "q1 Q0 d2 2 9.0") + "q2 Q0 d3 2 0.5 mine\n"
     code, _ = submit(tmp_path, topics, text, tag="bad tag")
     err = capsys.readouterr().err
-    assert code == 1
+    assert code == 2
     assert "3 violation(s)" in err

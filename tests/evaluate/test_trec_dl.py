@@ -55,5 +55,6 @@ def test_bm25_over_a_collection_of_judged_passages(shared_data, tmp_path, capsys
 
 
 def test_missing_collection_is_a_clear_error(tmp_path, capsys):
-    assert trec_dl.main(["--collection", str(tmp_path / "nope.tsv")]) == 2
-    assert "collection" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        trec_dl.main(["--collection", str(tmp_path / "nope.tsv")])
+    assert exit_.value.code == 2 and "nope.tsv: collection not found" in capsys.readouterr().err

@@ -22,7 +22,7 @@ def write_corpus(path: Path, docs: int = 24, length: int = 14) -> Path:
     return path
 
 
-def refused(main, argv: list[str], capsys, status: int = 1) -> str:
+def refused(main, argv: list[str], capsys, status: int = 2) -> str:
     """Run a command's ``main``, expecting its one-line ``error:`` exit with ``status`` and no traceback; returns
     the line."""
     with pytest.raises(SystemExit) as exit_:
