@@ -1,10 +1,11 @@
 """Streaming readers for the file formats retrieval data comes in: BEIR JSONL/TSV, MS MARCO TSV, TREC qrels
 and Anserini topic files (TSV, ``.gz``, JSONL, TREC ``<top>``).
 
-Every reader decodes strictly as UTF-8 and stops at the first bad line with a ``DataFormatError`` naming the
-file and line, so a broken download never turns silently into a smaller collection. Blank lines are skipped.
-Records whose text is empty are kept (ids must stay aligned with the qrels) but counted in a ``ReadStats`` and
-reported with a logged warning.
+Every reader decodes strictly as UTF-8 (and gzip, for ``.gz``) and stops at the first bad line with a
+``DataFormatError`` naming the file and line, so a broken download never turns silently into a smaller collection.
+Blank lines are skipped. Empty texts: a document whose text is empty is kept (ids must stay aligned with the
+qrels; real corpora hold a few) but counted in a ``ReadStats`` and reported with a logged warning; a query (topic)
+whose text is empty is an error naming its line, since it cannot be searched and would score 0 unnoticed.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 import logging
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -53,8 +55,19 @@ def _open_bytes(path: Path) -> IO[bytes]:
 def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, line)`` for the non-blank lines of a (possibly gzipped) UTF-8 file, endings removed."""
     path = Path(path)
+    number = 0
     with _open_bytes(path) as handle:
-        for number, raw in enumerate(handle, start=1):
+        lines = iter(handle)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+                if path.suffix != ".gz":
+                    raise
+                raise DataFormatError(f"{path}:{number + 1}: not a valid gzip file ({err})") from None
+            number += 1
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -101,8 +114,9 @@ def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> l
 
 
 def _checked(path: Path, records: Iterable[tuple[int, str, str, object]], stats: ReadStats | None,
-             unique: bool) -> Iterator[object]:
-    """Shared bookkeeping for ``(line, id, text, item)`` streams: duplicate ids, empty texts, the warning."""
+             unique: bool, queries: bool = False) -> Iterator[object]:
+    """Shared bookkeeping for ``(line, id, text, item)`` streams: duplicate ids, empty texts (an error for
+    ``queries``, else counted), the warning."""
     stats = stats if stats is not None else ReadStats()
     seen: set[str] = set()
     for number, key, text, item in records:
@@ -112,6 +126,8 @@ def _checked(path: Path, records: Iterable[tuple[int, str, str, object]], stats:
             seen.add(key)
         stats.records += 1
         if not text.strip():
+            if queries:
+                raise DataFormatError(f"{path}:{number}: query {key!r} has an empty text")
             stats.empty += 1
         yield item
     if stats.empty:
@@ -162,7 +178,7 @@ def _iter_jsonl_pairs(path: Path, id_keys: tuple[str, ...], text_keys: tuple[str
             text = _text_field(path, number, record, field, True)
             yield number, key, text, (key, text)
 
-    return _checked(path, records(), stats, unique=True)
+    return _checked(path, records(), stats, unique=True, queries=True)
 
 
 # --- qrels -----------------------------------------------------------------------------------------------------
@@ -238,7 +254,7 @@ def iter_tsv_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[
             qid, text = qid.strip(), text.strip()
             yield number, qid, text, (qid, text)
 
-    return _checked(path, records(), stats, unique=True)
+    return _checked(path, records(), stats, unique=True, queries=True)
 
 
 def load_msmarco_queries(path: PathLike, stats: ReadStats | None = None) -> dict[str, str]:
@@ -274,7 +290,7 @@ def iter_trec_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator
             else:
                 fields[name], current = rest, name
 
-    return _checked(path, records(), stats, unique=True)
+    return _checked(path, records(), stats, unique=True, queries=True)
 
 
 def iter_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[tuple[str, str]]:
