@@ -40,6 +40,16 @@ def make_parent(path: str | os.PathLike) -> Path:
     return parent
 
 
+def make_dir(path: str | os.PathLike) -> Path:
+    """``mkdir -p path``, with ``make_parent``'s error when a file stands where a folder is needed."""
+    folder = Path(path)
+    make_parent(folder)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "cannot be written: it is a file, not a folder", str(folder))
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary file beside ``path``; on success rename it onto ``path``, on error delete it."""

@@ -18,7 +18,7 @@ from retromae_ir import __version__
 from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.data.readers import iter_lines, load_topics
 from retromae_ir.evaluate.runs import MAX_DEPTH, run_violations, write_trec_run
-from retromae_ir.io import atomic_write, file_digest
+from retromae_ir.io import atomic_write, file_digest, make_dir
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9]{1,12}$")
 
@@ -64,7 +64,7 @@ def check_submission(run_path: Path, topics_path: Path, tag: str) -> tuple[dict,
 def write_submission(run: dict, tag: str, out_dir: Path, source: Path, topics_path: Path,
                      description: str) -> tuple[Path, Path]:
     """``out_dir/TAG.gz`` and ``out_dir/TAG.description.txt``, each written atomically."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         plain = write_trec_run(Path(tmp) / "run.txt", run, tag)
         with atomic_write(out_dir / f"{tag}.gz", "wb") as handle, open(plain, "rb") as text:

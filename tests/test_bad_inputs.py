@@ -93,10 +93,12 @@ def world(tmp_path_factory, tiny_bert_dir) -> World:
 def refused(main: Callable, argv: list[str], capsys) -> str:
     """Run ``main(argv)`` expecting the convention: exit 2, an ``error:`` line, no traceback; returns the first
     ``error:`` line (a command listing several problems, like ``submit``, gives one line each)."""
-    with pytest.raises(SystemExit) as exit_:
-        main(argv)
+    try:
+        status = main(argv)  # a command returns its status (sys.exit(main())) or raises SystemExit
+    except SystemExit as exit_:
+        status = exit_.code
     err = capsys.readouterr().err
-    assert exit_.value.code == 2, f"exit {exit_.value.code}, expected 2:\n{err[-3000:]}"
+    assert status == 2, f"exit {status}, expected 2:\n{err[-3000:]}"
     assert "Traceback" not in err, err[-3000:]
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert lines, f"no error: line in\n{err[-3000:]}"
@@ -142,7 +144,7 @@ def finetune(world, f, card, out):
                            "--max-steps", "1", "--device", "cpu"]
 
 
-def pretrain(world, f, card, out, *extra):
+def pretrain(world, f, card, out, extra=()):
     return pretrain_main, ["--method", "retromae", "--model", str(world.model), "--corpus", str(f["corpus"]),
                            "--output", str(out), "--max-length", "16", "--batch-size", "2", "--max-steps", "1",
                            "--device", "cpu", *extra]
@@ -265,3 +267,217 @@ TOPIC_READERS = ["encode queries", "search", "mine", "submit"]
 def test_bad_topics(world, tmp_path, capsys, command, case):
     name, content, message = TOPIC_CASES[case]
     expect(run_case(world, tmp_path, capsys, command, {"topics": (name, content)}), message)
+
+
+# -- 3. indexes ----------------------------------------------------------------------------------------------------
+
+def _broken_index(world: World, tmp_path: Path, remove: str) -> Path:
+    index = tmp_path / "index"
+    shutil.copytree(world.index, index)
+    (index / remove).unlink()
+    return index
+
+
+@pytest.mark.parametrize("case", ["built by another card", "of another dimension", "missing manifest",
+                                  "missing faiss file", "not an index"])
+def test_bad_index(world, tmp_path, capsys, case):
+    card, index, message = world.card, None, None
+    if case == "built by another card":
+        card, message = world.other_card, r"index\S* was built with card 'tiny-dense', not 'tiny-other'.*max_passage_length"
+    elif case == "of another dimension":
+        card, message = world.other_dims, r"index\S* was built with card 'tiny-dense'.*dims: index 32 vs card 16"
+    elif case == "missing manifest":
+        index, message = _broken_index(world, tmp_path, "manifest.json"), r"index has no manifest\.json"
+    elif case == "missing faiss file":
+        index, message = _broken_index(world, tmp_path, "dense/index"), r"index/dense/index is missing"
+    else:
+        index, message = tmp_path / "nowhere", r"nowhere has no manifest\.json"
+    expect(run_case(world, tmp_path, capsys, "search", {}, card=card, index=index), message)
+
+
+# -- 4. encoder cards ----------------------------------------------------------------------------------------------
+
+CARD_CASES = {  # card fields (None: the file is absent) -> message
+    "unknown key": ({"colour": "blue"}, r"tiny-bad\.yaml: unknown fields \['colour'\]"),
+    "wrong kind": ({"kind": "sparse-magic"}, r"card 'tiny-bad': unknown kind 'sparse-magic'"),
+    "negative k": ({"kind": "dupmae", "k": -5}, r"card 'tiny-bad': k must be positive"),
+    "missing checkpoint": ({"checkpoint": "/nonexistent/checkpoint"}, r"/nonexistent/checkpoint"),
+    "missing card file": (None, r"card file \S*tiny-bad\.yaml does not exist"),
+    "not YAML": ("checkpoint: [unclosed\n", r"tiny-bad\.yaml is not valid YAML"),
+}
+CARD_READERS = ["encode corpus", "encode queries", "search", "finetune", "mine", "beir_all"]
+
+
+@pytest.mark.parametrize("case", CARD_CASES)
+@pytest.mark.parametrize("command", CARD_READERS)
+def test_bad_card(world, tmp_path, capsys, command, case):
+    fields, message = CARD_CASES[case]
+    card = tmp_path / "tiny-bad.yaml"
+    if isinstance(fields, dict):
+        card.write_text(world.card_text(**fields))
+    elif isinstance(fields, str):
+        card.write_text(fields)
+    expect(run_case(world, tmp_path, capsys, command, {}, card=card), message)
+
+
+# -- 5. outputs ----------------------------------------------------------------------------------------------------
+
+WRITERS = ["encode corpus", "encode queries", "search", "finetune", "pretrain", "mine", "rerank score", "submit",
+           "beir_all"]
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_unwritable_output(world, tmp_path, capsys, command):
+    """The output's folder is a file (what root, who may write anywhere, cannot write into either)."""
+    (tmp_path / "outputs").write_text("a file, not a folder")
+    line = run_case(world, tmp_path, capsys, command, {})
+    expect(line, r"outputs\S*: cannot be written: \S*outputs is a file, not a folder")
+    assert (tmp_path / "outputs").read_text() == "a file, not a folder"
+
+
+# -- 6. TREC runs (submit) -----------------------------------------------------------------------------------------
+
+RUN_CASES = {
+    "wrong column count": (GOOD_RUN.replace("q2 Q0 d1 1 1.0 mine", "q2 Q0 d1 1 1.0"), r"run\.trec:3: expected 6 columns"),
+    "non-numeric score": (GOOD_RUN.replace("3.5", "high"), r"run\.trec:1: score 'high' is not a number"),
+    "duplicate document": (GOOD_RUN + "q2 Q0 d1 2 0.5 mine\n", r"run\.trec:4: document 'd1' appears twice"),
+    "unknown topic": (GOOD_RUN + "q9 Q0 d1 1 1.0 mine\n", r"1 topic\(s\) in the run are not in \S*topics\.tsv: q9"),
+    "non-UTF-8 bytes": (GOOD_RUN.encode() + b"q2 Q0 d\xff 2 0.5 mine\n", r"run\.trec:4: not valid UTF-8"),
+    "missing file": (ABSENT, r"run\.trec: no such file or directory"),
+}
+
+
+@pytest.mark.parametrize("case", RUN_CASES)
+def test_bad_run(world, tmp_path, capsys, case):
+    content, message = RUN_CASES[case]
+    expect(run_case(world, tmp_path, capsys, "submit", {"run": ("run.trec", content)}), message)
+
+
+# -- 7. training data ----------------------------------------------------------------------------------------------
+
+TRAIN_CASES = {
+    "malformed JSON line": (GOOD_TRAIN + '{"query": \n', r"train\.jsonl:3: (invalid|malformed) JSON"),
+    "empty query": (GOOD_TRAIN + jsonl([{"query": " ", "positives": ["d0"], "negatives": ["d1"]}]),
+                    r"train\.jsonl:3: .*'query'"),
+    "unknown document": (GOOD_TRAIN + jsonl([{"query": "x", "positives": ["d99"], "negatives": ["d1"]}]),
+                         r"train\.jsonl:3: positives: document id 'd99' is not in the corpus"),
+    "non-UTF-8 bytes": (GOOD_TRAIN.encode() + b'{"query": "\xff"}\n', r"train\.jsonl:3: not valid UTF-8"),
+    "missing file": (ABSENT, r"train\.jsonl: no such file or directory"),
+}
+
+
+@pytest.mark.parametrize("case", TRAIN_CASES)
+@pytest.mark.parametrize("command", ["finetune", "rerank score"])
+def test_bad_training_data(world, tmp_path, capsys, command, case):
+    content, message = TRAIN_CASES[case]
+    expect(run_case(world, tmp_path, capsys, command, {"train": ("train.jsonl", content)}), message)
+
+
+QRELS_CASES = {
+    "non-integer label": (GOOD_QRELS + "q2\td2\thigh\n", r"qrels\.tsv:3: relevance 'high' is not an integer"),
+    "wrong column count": (GOOD_QRELS + "q2\td2\n", r"qrels\.tsv:3: expected BEIR qrels"),
+    "judged query without topic": (GOOD_QRELS + "q7\td2\t1\n", r"qrels\.tsv: 1 judged queries are not in"),
+    "missing file": (ABSENT, r"qrels\.tsv: no such file or directory"),
+}
+
+
+@pytest.mark.parametrize("case", QRELS_CASES)
+def test_bad_qrels(world, tmp_path, capsys, case):
+    content, message = QRELS_CASES[case]
+    expect(run_case(world, tmp_path, capsys, "mine", {"qrels": ("qrels.tsv", content)}), message)
+
+
+# -- 8. pre-training -----------------------------------------------------------------------------------------------
+
+PRETRAIN_CASES = {  # extra arguments, corpus, message
+    "zero steps": (["--max-steps", "0"], GOOD_CORPUS, r"--max-steps must be > 0"),
+    "zero epochs": (["--epochs", "0", "--max-steps", "-1"], GOOD_CORPUS, r"--epochs must be > 0"),
+    "corpus too short to mask": ([], jsonl([{"_id": "a", "text": "cell"}, {"_id": "b", "text": "sun"}]),
+                                 r"corpus\.jsonl.*too short"),
+    "fewer segments than a batch": (["--batch-size", "8"], GOOD_CORPUS, r"corpus has 6 segments, fewer than one"),
+}
+
+
+@pytest.mark.parametrize("case", PRETRAIN_CASES)
+def test_bad_pretraining(world, tmp_path, capsys, case):
+    extra, corpus, message = PRETRAIN_CASES[case]
+    line = run_case(world, tmp_path, capsys, "pretrain", {"corpus": ("corpus.jsonl", corpus)}, extra=extra)
+    expect(line, message)
+
+
+# -- 9. TREC DL and the reproduction matrix -------------------------------------------------------------------------
+
+TREC_DL_CASES = {  # file -> (content, message)
+    "collection line without passage": ("collection.tsv", "d0\tcells divide\nd1\n",
+                                        r"collection\.tsv:2: expected 'pid<TAB>passage'"),
+    "missing collection": ("collection.tsv", ABSENT, r"collection\.tsv: collection not found"),
+    "missing topics file": ("topics.dl19-passage.txt", ABSENT, r"topics\.dl19-passage\.txt not found"),
+    "topics line without text": ("topics.dl19-passage.txt", "q1\tcell division\nq2\n",
+                                 r"topics\.dl19-passage\.txt:2: expected 'qid<TAB>text'"),
+    "non-integer qrels label": ("qrels.dl19-passage.txt", "q1 0 d0 2\nq2 0 d1 x\n",
+                                r"qrels\.dl19-passage\.txt:2: relevance 'x' is not an integer"),
+}
+
+
+@pytest.mark.parametrize("case", TREC_DL_CASES)
+def test_bad_trec_dl_input(world, tmp_path, capsys, case):
+    good = {"collection.tsv": "".join(f"{i}\t{t}\n" for i, t in zip(IDS, TEXTS)),
+            "topics.dl19-passage.txt": GOOD_TOPICS, "qrels.dl19-passage.txt": "q1 0 d0 2\nq2 0 d1 1\n"}
+    name, content = TREC_DL_CASES[case][:2]
+    good[name] = content
+    for file, text in good.items():
+        if text is not ABSENT:
+            (tmp_path / file).write_text(text)
+    runs = tmp_path / "outputs" / world.card.stem
+    line = refused(trec_dl.main, ["--encoder", str(world.card), "--search", "dense", "--collection",
+                                  str(tmp_path / "collection.tsv"), "--sets", "dl19", "--topics-dir", str(tmp_path),
+                                  "--runs-dir", str(runs.parent), "--index-dir", str(tmp_path / "outputs" / "indexes"),
+                                  "--threads", "1"], capsys)
+    expect(line, TREC_DL_CASES[case][2])
+    assert not runs.exists() and not list((tmp_path / "outputs" / "indexes").glob("*/[!.]*"))
+
+
+@pytest.mark.parametrize("content, message", [
+    (ABSENT, r"conditions\.yaml: no such file or directory"),
+    ("conditions: [unclosed\n", r"conditions\.yaml: not valid YAML"),
+    ("- just a list\n", r"conditions\.yaml: expected a mapping"),
+    ("conditions:\n  - name: x\n    colour: blue\n", r"conditions\.yaml: condition 1 \(x\)"),
+])
+def test_bad_reproduction_matrix(tmp_path, capsys, content, message):
+    conditions = tmp_path / "conditions.yaml"
+    if content is not ABSENT:
+        conditions.write_text(content)
+    expect(refused(repro_main, ["--list", "--conditions-file", str(conditions)], capsys), message)
+
+
+# -- 10. the convention itself -------------------------------------------------------------------------------------
+
+def test_debug_shows_the_traceback_and_still_exits_2(world, tmp_path, capsys, monkeypatch):
+    missing = ["--index", str(world.index), "--encoder", str(world.card), "--topics", str(tmp_path / "none.tsv"),
+               "--output", str(tmp_path / "run.trec")]
+    for argv, env in ((missing + ["--debug"], None), (missing, "1")):
+        if env:
+            monkeypatch.setenv("RETROMAE_IR_DEBUG", env)
+        with pytest.raises(SystemExit) as exit_:
+            search_main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "Traceback" in err and "FileNotFoundError" in err
+        assert err.splitlines()[-1] == f"error: {tmp_path / 'none.tsv'}: no such file or directory"
+    monkeypatch.setenv("RETROMAE_IR_DEBUG", "0")
+    assert "Traceback" not in refused(search_main, missing, capsys)
+
+
+def test_an_unexpected_failure_keeps_its_traceback(world, tmp_path, monkeypatch):
+    """A bug is not a user error: it propagates (Python prints the traceback, exit status 1)."""
+    import retromae_ir.search.exact_hybrid as exact_hybrid
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(exact_hybrid.ExactHybridSearcher, "batch_search", broken)
+    (tmp_path / "topics.tsv").write_text(GOOD_TOPICS)
+    with pytest.raises(RuntimeError, match="a bug"):
+        search_main(["--index", str(world.index), "--encoder", str(world.card), "--topics",
+                     str(tmp_path / "topics.tsv"), "--output", str(tmp_path / "run.trec"), "--mode", "dense",
+                     "--device", "cpu"])
+    assert not (tmp_path / "run.trec").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from retromae_ir.cli import add_debug_flag, command
-from retromae_ir.io import claim_output
+from retromae_ir.io import claim_output, make_dir
 from retromae_ir.logs import FORMAT as LOG_FORMAT
 
 DTYPES = ("auto", "bf16", "fp32", "int8")
@@ -143,7 +143,7 @@ def _writing(args) -> Iterator[None]:
             logging.info("--overwrite: removing %s", args.output)
             shutil.rmtree(args.output)
         created = not args.output.exists()
-        args.output.mkdir(parents=True, exist_ok=True)
+        make_dir(args.output)
         handler = logging.FileHandler(args.output / _log_name(args))
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         logging.getLogger().addHandler(handler)

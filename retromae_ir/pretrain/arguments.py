@@ -39,7 +39,7 @@ class MaskingArguments:
 class TrainingArguments:
     output: str = field(metadata={"help": "output checkpoint directory"})
     epochs: float = field(default=1.0, metadata={"help": "passes over the corpus (ignored when --max-steps > 0)"})
-    max_steps: int = field(default=-1, metadata={"help": "optimizer steps; > 0 overrides --epochs"})
+    max_steps: int = field(default=-1, metadata={"help": "optimizer steps; > 0 overrides --epochs (-1: use --epochs)"})
     batch_size: int = field(default=16, metadata={"help": "segments per device per micro-batch"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
     lr: float = field(default=1e-4, metadata={"help": "peak learning rate (AdamW, linear warm-up and decay)"})
@@ -62,3 +62,8 @@ class TrainingArguments:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"--max-steps must be > 0 (or -1: train for --epochs), got {self.max_steps}: "
+                             "a run of no steps trains nothing")
+        if self.max_steps == -1 and self.epochs <= 0:
+            raise ValueError(f"--epochs must be > 0 when --max-steps is not given, got {self.epochs}")

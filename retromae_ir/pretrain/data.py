@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -127,6 +128,22 @@ def _tokenize_chunk(docs: list[tuple[str, str]], tokenizer, body_length: int) ->
                         np.array([s.index for s in segments], dtype=np.int64),
                         np.array([len(s.input_ids) for s in segments], dtype=np.int64),
                         np.fromiter((i for s in segments for i in s.input_ids), dtype=np.int32))
+
+
+def check_maskable(segments: SegmentTable, ratio: float, corpus: str | Path) -> None:
+    """Refuse a corpus whose segments are all too short for ``ratio`` to mask a word (whole-word masking takes a
+    first word only when ``ratio * tokens >= 0.5``, see ``masking.sample_whole_words``): it would train with an
+    encoder MLM loss of 0 at every step. Warn when a quarter or more of the segments are that short."""
+    if ratio <= 0 or not len(segments):
+        return
+    need = math.ceil(0.5 / ratio - 1e-9)
+    short = int((segments.lengths < need).sum())
+    if short == len(segments):
+        raise CorpusError(f"{corpus}: too short to mask: no segment has the {need} tokens --encoder-mask-ratio "
+                          f"{ratio} needs to mask a word (the longest has {int(segments.lengths.max())})")
+    if short * 4 >= len(segments):
+        log.warning("%s: %d of %d segments have fewer than %d tokens, too few for --encoder-mask-ratio %s to mask a "
+                    "word: they train the decoder only", corpus, short, len(segments), need, ratio)
 
 
 def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Path | None = None) -> SegmentTable:

@@ -203,11 +203,21 @@ def read_identity(checkpoint: Path) -> dict | None:
 @contextlib.contextmanager
 def exclusive_run(args: TrainingArguments, identity: dict) -> Iterator[None]:
     """A training command's block: ``output_lock`` on ``args.output`` held throughout (by the main process only:
-    under torchrun the other ranks write nothing, and would refuse each other), and ``check_output`` passed first."""
+    under torchrun the other ranks write nothing, and would refuse each other), and ``check_output`` passed first.
+    An output folder the block created is removed again if it fails before its first checkpoint, so a failed
+    command leaves nothing that looks like a result (or like a run to resume)."""
     main = int(os.environ.get("RANK", "0")) == 0
+    output = Path(args.output)
     with output_lock(args.output) if main else contextlib.nullcontext():
+        created = not output.exists()
         check_output(args, identity)
-        yield
+        try:
+            yield
+        except BaseException:
+            if main and created and output.is_dir() and latest_checkpoint(output) is None:
+                log.info("removing %s: the run failed before its first checkpoint", output)
+                shutil.rmtree(output, ignore_errors=True)
+            raise
 
 
 def micro_seeds(seed: int, micro: int, rank: int) -> tuple[int, int]:

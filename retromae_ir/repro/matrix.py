@@ -58,7 +58,12 @@ class Matrix:
 
     @classmethod
     def load(cls, path: Path = CONDITIONS_FILE) -> "Matrix":
-        raw = yaml.safe_load(Path(path).read_text())
+        try:
+            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: expected a mapping with 'conditions', got {type(raw).__name__}")
         conditions = {}
         for number, entry in enumerate(raw.get("conditions") or [], start=1):
             try:
