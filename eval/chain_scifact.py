@@ -15,16 +15,20 @@ import argparse
 import sys
 from pathlib import Path
 
+from retromae_ir.cli import add_debug_flag, command
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_BEIR = REPO.parent / "shared" / "data" / "beir"
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="eval/chain_scifact.py", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:]) +
                                      "\nOther options are those of python -m retromae_ir.chain (--help there).")
     parser.add_argument("--config", default="quick", choices=["quick", "short", "short-pretrain", "full"])
+    add_debug_flag(parser)
     args, rest = parser.parse_known_args(argv)
     from retromae_ir.chain.__main__ import main as chain_main
 

@@ -171,7 +171,7 @@ def debugging() -> bool:
 @contextlib.contextmanager
 def debug_mode(enabled: bool) -> Iterator[None]:
     """Show tracebacks (``enabled``) for the block, whatever the environment says; set by ``cli.command``."""
-    token = _debug.set(enabled or None)
+    token = _debug.set(True if enabled else _debug.get())  # a nested command keeps an outer --debug
     try:
         yield
     finally:

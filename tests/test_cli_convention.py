@@ -1,5 +1,8 @@
 """One CLI convention for every command (#14): ``--help`` alone exits 0, its usage line names the command as a user
-types it (``python -m retromae_ir.pretrain``, ``eval/beir_all.py``), and it shows no ``--x_y`` underscore flag.
+types it (``python -m retromae_ir.pretrain``, ``eval/beir_all.py``), and it shows no ``--x_y`` underscore flag. Every
+``retromae_ir`` command and ``eval/`` script runs its ``main`` under ``retromae_ir.cli.command`` (errors a user can
+fix: one ``error:`` line, exit 2; ``--debug`` for the traceback, listed in its help); tests/test_bad_inputs.py
+checks what that gives on bad input.
 
 Every command is found, not listed: each ``retromae_ir`` module with a ``__main__`` guard (``pkg/__main__.py`` runs
 as ``python -m pkg``) and each script under ``eval/`` and ``benchmarks/``. One process a command, run in parallel:
@@ -19,25 +22,33 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MAIN_GUARD = re.compile(r'^if __name__ == "__main__":', re.MULTILINE)
 UNDERSCORE_FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9]+_[\w-]*")
+DECORATED_MAIN = re.compile(r"^@command\b.*\n(?:@.*\n)*def main\(", re.MULTILINE)
 
 
-def commands() -> list[tuple[str, list[str]]]:
-    """(the command as typed, its argv) for every command-line entry point."""
+def command_files() -> list[tuple[str, list[str], Path]]:
+    """(the command as typed, its argv, its source file) for every command-line entry point."""
     found = []
     for path in sorted((REPO / "retromae_ir").rglob("*.py")):
         if MAIN_GUARD.search(path.read_text(encoding="utf-8")):
             parts = path.relative_to(REPO).with_suffix("").parts
             module = ".".join(parts[:-1] if parts[-1] == "__main__" else parts)
-            found.append((f"python -m {module}", ["-m", module]))
+            found.append((f"python -m {module}", ["-m", module], path))
     for folder in ("eval", "benchmarks"):
         for path in sorted((REPO / folder).glob("*.py")):
             if MAIN_GUARD.search(path.read_text(encoding="utf-8")):
                 script = path.relative_to(REPO).as_posix()
-                found.append((script, [script]))
+                found.append((script, [script], path))
     return found
 
 
+def commands() -> list[tuple[str, list[str]]]:
+    """(the command as typed, its argv) for every command-line entry point."""
+    return [(name, argv) for name, argv, _ in command_files()]
+
+
 COMMANDS = commands()
+# the error convention covers the package's commands and the evaluation scripts (benchmarks are measurements)
+CONVENTION = {name: path for name, _, path in command_files() if not name.startswith("benchmarks/")}
 
 
 def run_help(argv: list[str]) -> subprocess.CompletedProcess:
@@ -65,3 +76,10 @@ def test_help_follows_the_convention(helps, name):
     assert re.match(rf"usage: {re.escape(name)}(\s|$)", done.stdout), \
         f"{name} --help does not call itself by the command as typed:\n{done.stdout[:300]}"
     assert not UNDERSCORE_FLAG.findall(done.stdout), f"{name} --help shows underscore flags"
+
+
+@pytest.mark.parametrize("name", sorted(CONVENTION))
+def test_errors_follow_the_convention(helps, name):
+    assert DECORATED_MAIN.search(CONVENTION[name].read_text(encoding="utf-8")), \
+        f"{name}: main is not decorated with retromae_ir.cli.command"
+    assert "--debug" in helps[name].stdout, f"{name} --help does not list --debug"

@@ -15,6 +15,8 @@ import logging
 import sys
 from pathlib import Path
 
+from retromae_ir.cli import add_debug_flag, command
+
 log = logging.getLogger("retromae_ir.chain")
 
 
@@ -40,9 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "see retromae_ir/hardware.py; AVX2-only CPUs emulate bf16 and run it several times slower)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override settings of retromae_ir/chain/config.py::ChainConfig")
-    return parser
+    return add_debug_flag(parser)
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from retromae_ir.chain.config import CHAINS_FILE, load_chains

@@ -33,6 +33,7 @@ from typing import Sequence
 
 from tqdm import tqdm
 
+from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.io import OutputLockedError, claim_output, command_errors
 from retromae_ir.pretrain.backbone import default_model
 from retromae_ir.pretrain.data import CorpusError, iter_documents
@@ -216,9 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="statistics JSON to write (default: where pre-training looks for them: beside the corpus, "
                         "or under $RETROMAE_IR_CACHE/corpus_stats when the corpus's folder is read-only)")
     p.add_argument("--batch-size", type=int, default=256, help="texts tokenised at once")
-    return p
+    return add_debug_flag(p)
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
