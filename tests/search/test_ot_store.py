@@ -1,0 +1,229 @@
+"""The OT store: float16 term-major postings written in two passes, read memory-mapped; exact search over it equals
+brute force at its stored precision; an index written before it (sparse/vectors.npz) is still read, the same."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import scipy.sparse
+
+from retromae_ir.encode.base import Encoded
+from retromae_ir.encode.cards import EncoderCard
+from retromae_ir.encode.manifest import IndexMismatchError, write_manifest
+from retromae_ir.search import BruteForceScorer, ExactHybridSearcher, HybridIndex
+from retromae_ir.search import ot_store
+from retromae_ir.search.index import store_manifest_field
+from retromae_ir.search.ot_store import OTStore, StoreFormatError, write_ot_store
+
+
+def random_ot(rng, rows: int, vocab: int, k: int, zipf: float = 1.0) -> scipy.sparse.csr_matrix:
+    """Up to ``k`` distinct terms a row, frequent terms by a Zipf-like law, weights in (0.05, 3); some rows empty."""
+    p = 1.0 / np.arange(1, vocab + 1) ** zipf
+    p /= p.sum()
+    indptr, indices, data = [0], [], []
+    for row in range(rows):
+        n = 0 if row % 17 == 5 else int(rng.integers(1, k + 1))
+        terms = rng.choice(vocab, size=n, replace=False, p=p)
+        indices.append(terms)
+        data.append(rng.uniform(0.05, 3.0, n).astype(np.float32))
+        indptr.append(indptr[-1] + n)
+    return scipy.sparse.csr_matrix((np.concatenate(data), np.concatenate(indices), indptr), shape=(rows, vocab))
+
+
+def as_float16(matrix):
+    out = matrix.copy()
+    out.data = out.data.astype(np.float16).astype(np.float32)
+    return out
+
+
+def test_round_trip_is_exact_and_memory_mapped(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    matrix = random_ot(rng, 300, 500, 40)
+    monkeypatch.setattr(ot_store, "ROWS_PER_PASS", 7)  # many scatter passes per chunk
+    chunks = [matrix[0:100], matrix[100:101], matrix[101:300]]
+    meta = write_ot_store(tmp_path / "ot", lambda: iter(chunks), 500)
+    assert meta["documents"] == 300 and meta["postings"] == matrix.nnz and meta["vocab"] == 500
+    store = OTStore.open(tmp_path / "ot")
+    assert isinstance(store.docs, np.memmap) and isinstance(store.weights, np.memmap)
+    assert store.docs.dtype == np.int32 and store.weights.dtype == np.float16 and store.offsets.dtype == np.int64
+    expected = matrix.tocsc()
+    expected.sort_indices()
+    np.testing.assert_array_equal(store.offsets, expected.indptr)
+    np.testing.assert_array_equal(store.docs, expected.indices)  # document rows ascending per term
+    np.testing.assert_array_equal(store.weights, expected.data.astype(np.float16))  # float16, bit for bit
+    assert (store.to_csr().T != as_float16(matrix)).nnz == 0
+    memory = OTStore.from_csr(matrix)  # the in-memory store of an old index holds the same arrays
+    for name in ("offsets", "docs", "weights"):
+        np.testing.assert_array_equal(getattr(memory, name), getattr(store, name))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ot"]  # no temporary folder left
+
+
+def test_accumulate_equals_scipy_bit_for_bit(tmp_path):
+    rng = np.random.default_rng(1)
+    matrix = random_ot(rng, 400, 300, 30)
+    write_ot_store(tmp_path / "ot", lambda: [matrix], 300)
+    store = OTStore.open(tmp_path / "ot")
+    queries = random_ot(rng, 20, 300, 25)
+    reference = (queries @ store.to_csr()).toarray()
+    for q in range(20):
+        row = queries[q]
+        np.testing.assert_array_equal(store.scores(row.indices, row.data), reference[q])
+
+
+def test_duplicates_are_summed_and_bad_weights_refused(tmp_path):
+    duplicated = scipy.sparse.csr_matrix((np.array([1.0, 2.0, 4.0], np.float32), np.array([3, 3, 1]), [0, 2, 3]),
+                                         shape=(2, 5))
+    assert not duplicated.has_canonical_format
+    write_ot_store(tmp_path / "ot", lambda: [duplicated], 5)
+    assert OTStore.open(tmp_path / "ot").to_csr().T.toarray()[0, 3] == 3.0
+    too_big = scipy.sparse.csr_matrix(np.array([[0, 1e5]], np.float32))
+    with pytest.raises(ValueError, match="float16"):
+        write_ot_store(tmp_path / "big", lambda: [too_big], 2)
+    with pytest.raises(ValueError, match="vocabulary of 2, expected 3"):
+        write_ot_store(tmp_path / "vocab", lambda: [too_big], 3)
+    assert not (tmp_path / "big").exists() and not (tmp_path / "vocab").exists()
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    calls = []
+
+    def chunks():
+        calls.append(1)
+        yield scipy.sparse.csr_matrix(np.ones((2, 4), np.float32))
+        if len(calls) == 2:
+            raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        write_ot_store(tmp_path / "ot", chunks, 4)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_newer_or_damaged_store_is_refused(tmp_path):
+    write_ot_store(tmp_path / "ot", lambda: [scipy.sparse.csr_matrix(np.ones((2, 4), np.float32))], 4)
+    meta = json.loads((tmp_path / "ot" / "store.json").read_text())
+    (tmp_path / "ot" / "store.json").write_text(json.dumps({**meta, "version": 2}))
+    with pytest.raises(StoreFormatError, match="version 2.*upgrade retromae_ir"):
+        OTStore.open(tmp_path / "ot")
+    (tmp_path / "ot" / "store.json").write_text(json.dumps(meta))
+    (tmp_path / "ot" / "weights.npy").unlink()
+    with pytest.raises(StoreFormatError, match="weights.npy is missing"):
+        OTStore.open(tmp_path / "ot")
+
+
+# A synthetic index (no Lucene side: the exact searcher reads only dense/ and sparse/ot/).
+DIMS, VOCAB = 32, 2000
+
+
+def synthetic_index(root, documents: int = 3000, seed: int = 0):
+    import faiss
+
+    rng = np.random.default_rng(seed)
+    card = EncoderCard(name="synthetic", checkpoint="synthetic/none", kind="dupmae", dims=DIMS, pooling="cls",
+                       normalize=False, k=60)
+    dense = rng.standard_normal((documents, DIMS)).astype(np.float32) * 0.3
+    sparse = random_ot(rng, documents, VOCAB, 60)
+    (root / "dense").mkdir(parents=True)
+    index = faiss.IndexFlatIP(DIMS)
+    index.add(dense)
+    faiss.write_index(index, str(root / "dense" / "index"))
+    (root / "dense" / "docid").write_text("".join(f"doc-{i}\n" for i in range(documents)))
+    write_ot_store(root / "sparse" / "ot", lambda: [sparse[i:i + 1000] for i in range(0, documents, 1000)], VOCAB)
+    write_manifest(root, card, documents=documents, sparse_store=store_manifest_field())
+    queries = Encoded(dense[:40] + rng.standard_normal((40, DIMS)).astype(np.float32) * 0.2,
+                      random_ot(rng, 40, VOCAB, 30))
+    return card, sparse, queries
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synthetic")
+    return root, *synthetic_index(root)
+
+
+def test_memory_mapped_search_gives_brute_force_top10(synthetic):
+    root, card, _, queries = synthetic
+    searcher = ExactHybridSearcher(root, card, candidates=100, threads=2)
+    assert isinstance(searcher.index.store.docs, np.memmap)
+    brute = BruteForceScorer(searcher.index)
+    for mode in ("hybrid", "sparse"):
+        searcher.mode = mode
+        reference = brute.search(queries.dense, queries.sparse, 10, mode)
+        for exact, expected in zip(searcher.search_encoded(queries, 10), reference):
+            if mode == "sparse":  # a document sharing no term with the query has no sparse score
+                expected = [hit for hit in expected if hit[1] > 0]
+            assert [d for d, _ in exact] == [d for d, _ in expected]
+            np.testing.assert_allclose([s for _, s in exact], [s for _, s in expected], rtol=1e-6, atol=1e-6)
+
+
+def test_brute_force_reads_the_stored_float16(synthetic):
+    root, card, sparse, queries = synthetic
+    index = HybridIndex(root, card)
+    stored = BruteForceScorer(index).scores(queries.dense, queries.sparse, "sparse")
+    np.testing.assert_array_equal(stored, (queries.sparse @ as_float16(sparse).T).toarray())
+    assert not np.array_equal(stored, (queries.sparse @ sparse.T).toarray())  # float32 weights would differ
+
+
+def test_docid_table(synthetic):
+    root, card, _, _ = synthetic
+    docids = HybridIndex(root, card).docids
+    assert len(docids) == 3000 and docids[0] == "doc-0" and docids[np.int64(2999)] == "doc-2999"
+    assert docids[-1] == "doc-2999" and docids[1:3] == ["doc-1", "doc-2"] and list(docids)[5] == "doc-5"
+    with pytest.raises(IndexError):
+        docids[3000]
+
+
+def test_dense_vectors_are_a_view_of_the_faiss_index(synthetic):
+    root, card, _, _ = synthetic
+    index = HybridIndex(root, card)
+    assert not index.dense.flags.owndata and not index.dense.flags.writeable
+    np.testing.assert_array_equal(index.dense_vectors(np.array([5, 2])),
+                                  index.faiss_index.reconstruct_batch(np.array([5, 2])))
+
+
+def test_a_store_version_this_code_does_not_know_is_refused(synthetic, tmp_path):
+    root, card, _, _ = synthetic
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["sparse_store"]["version"] = 99
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexMismatchError, match="upgrade retromae_ir"):
+        HybridIndex(copy, card)
+
+
+def test_an_index_written_before_the_store_is_read_the_same(handful, tmp_path, caplog):
+    """The vectors.npz layout (float32 CSR, no ``sparse_store`` in the manifest) is read into memory, rounded to
+    float16: the same hits and scores as the store written today."""
+    card, index_dir, _, topics, _ = handful
+    legacy = tmp_path / "legacy"
+    shutil.copytree(index_dir, legacy, ignore=shutil.ignore_patterns("index", "collection"))
+    shutil.copytree(index_dir / "dense", legacy / "dense", dirs_exist_ok=True)
+    chunks = sorted(legacy.glob(".work/*/shard-0/chunk-*.npz"))
+    rows = []
+    for path in chunks:
+        with np.load(path) as chunk:
+            rows.append(scipy.sparse.csr_matrix((chunk["data"], chunk["indices"], chunk["indptr"]),
+                                                shape=(len(chunk["docids"]), int(chunk["vocab"]))))
+    shutil.rmtree(legacy / "sparse" / "ot")
+    scipy.sparse.save_npz(legacy / "sparse" / "vectors.npz", scipy.sparse.vstack(rows, format="csr"))
+    manifest = json.loads((legacy / "manifest.json").read_text())
+    del manifest["sparse_store"]
+    (legacy / "manifest.json").write_text(json.dumps(manifest))
+
+    from retromae_ir.encode import EncoderModel
+
+    model = EncoderModel.from_card(card, device="cpu")
+    queries = model.encode_query([line.split("\t")[1] for line in topics.read_text().splitlines()])
+    with caplog.at_level(logging.WARNING):
+        old = ExactHybridSearcher(legacy, model, candidates=2)
+    assert "Encode it again" in caplog.text and not isinstance(old.index.store.docs, np.memmap)
+    new = ExactHybridSearcher(index_dir, model, candidates=2)
+    for name in ("offsets", "docs", "weights"):
+        np.testing.assert_array_equal(getattr(old.index.store, name), getattr(new.index.store, name))
+    assert old.search_encoded(queries, 6) == new.search_encoded(queries, 6)
+    (legacy / "sparse" / "vectors.npz").unlink()
+    with pytest.raises(IndexMismatchError, match="incomplete"):
+        HybridIndex(legacy, card)
