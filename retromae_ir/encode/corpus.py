@@ -3,7 +3,8 @@
     DIR/dense/{index,docid}          faiss IndexFlatIP + one docid per line (FaissSearcher's layout)
     DIR/sparse/collection/docs.jsonl JsonVectorCollection, integer impacts round(w * scale)
     DIR/sparse/index/                Lucene impact index (pyserini.index.lucene --impact --pretokenized)
-    DIR/sparse/vectors.npz           the float OT vectors (CSR, docid order), for exact Eq. 12 scoring
+    DIR/sparse/ot/                   the OT store for exact Eq. 12 scoring: float16 weights, term-major, read
+                                     memory-mapped (retromae_ir/search/ot_store.py)
     DIR/manifest.json                written last: card, dims, k, scale, counts, checksums, versions
 
 Shard ``i`` of ``n`` encodes a contiguous slice of the corpus into DIR/.work/<sources>-of-<n>/shard-<i>/ as chunk
@@ -216,10 +217,12 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
     fields = {"documents": len(docids), "shards": shard_num, "int8": source["precision"] == "int8",
               "precision": source["precision"], "corpus_digest": source["corpus_digest"], **(extra or {})}
     if sparse is not None:
+        from retromae_ir.search.index import store_manifest_field
+
         with atomic_dir(output / "sparse") as tmp:
             write_sparse(tmp, card, vocab, docids, sparse, threads)
         parts.append("sparse")
-        fields["sparse_postings"] = int(sparse.nnz)
+        fields.update(sparse_postings=int(sparse.nnz), sparse_store=store_manifest_field())
     elif (output / "sparse").exists():
         shutil.rmtree(output / "sparse")  # an earlier card's sparse side does not describe these documents
     manifest = write_manifest(output, card, files=checksums(output, parts), **fields)
@@ -229,8 +232,12 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
 
 def write_sparse(folder: Path, card: EncoderCard, vocab: list[str], docids: list[str], sparse: scipy.sparse.csr_matrix,
                  threads: int) -> None:
-    """Float vectors (exact scoring), the JsonVectorCollection of integer impacts, and its Lucene impact index."""
-    scipy.sparse.save_npz(folder / "vectors.npz", sparse.astype(np.float32))
+    """The OT store (float16, term-major: exact scoring), the JsonVectorCollection of integer impacts, and its
+    Lucene impact index."""
+    from retromae_ir.search.index import STORE_FOLDER
+    from retromae_ir.search.ot_store import write_ot_store
+
+    write_ot_store(folder / STORE_FOLDER, lambda: [sparse], sparse.shape[1])
     (folder / "collection").mkdir()
     with open(folder / "collection" / "docs.jsonl", "w") as out:
         for start in range(0, len(docids), 10000):

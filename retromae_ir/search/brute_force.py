@@ -1,5 +1,10 @@
 """Exhaustive Eq. 12 scoring (dense matmul + sparse matmul over the whole corpus): the reference the exact
-hybrid searcher is measured against; practical for small corpora (scores are a dense [B, N] matrix)."""
+hybrid searcher is measured against; practical for small corpora (scores are a dense [B, N] matrix, and the OT
+store is materialised as a float32 scipy matrix, 8 bytes a posting).
+
+It reads the same stored precision as the exact searcher (the float16 OT weights of the store, the flat index's
+float32 vectors), through another code path (scipy's sparse product instead of the store's posting-list loop),
+so "exact" has one meaning: equal to this at the stored precision."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,15 +12,31 @@ import numpy as np
 from retromae_ir.search.index import HybridIndex
 
 
-def top_hits(scores: np.ndarray, docids: list[str], k: int, candidates: np.ndarray | None = None):
-    """The ``k`` best (docid, score) of one query, score descending, ties by docid (write_trec_run's order)."""
+def top_hits(scores: np.ndarray, docids, k: int, candidates: np.ndarray | None = None):
+    """The ``k`` best (docid, score) of one query, score descending, ties by docid (write_trec_run's order), also
+    at the k-th place: every document tied with the k-th score competes by docid, so the hits do not depend on
+    which other documents were scored."""
     k = min(k, len(scores))
     if k <= 0:
         return []
-    best = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+    if k < len(scores):
+        kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
+        best = np.flatnonzero(scores > kth)
+        tied = np.flatnonzero(scores == kth)
+        best = np.concatenate([best, tied]) if len(best) + len(tied) <= 4 * k else np.concatenate(
+            [best, _first_by_docid(tied, docids, candidates, k - len(best))])
+    else:
+        best = np.arange(len(scores))
     ids = best if candidates is None else candidates[best]
     hits = [(docids[i], float(s)) for i, s in zip(ids, scores[best])]
-    return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
+    return sorted(hits, key=lambda hit: (-hit[1], hit[0]))[:k]
+
+
+def _first_by_docid(tied: np.ndarray, docids, candidates, n: int) -> np.ndarray:
+    """The ``n`` positions of ``tied`` whose documents come first by docid (many documents tied at the cut)."""
+    ids = tied if candidates is None else candidates[tied]
+    order = sorted(range(len(tied)), key=lambda j: docids[ids[j]])[:n]
+    return tied[np.array(order, dtype=np.int64)]
 
 
 class BruteForceScorer:

@@ -2,13 +2,18 @@
 
 Pyserini's fusion merges each side's top hits and gives a document missing on one side that side's minimum
 score. Here the top K' of each side only nominate candidates; every candidate is then scored exactly, dense part
-from the flat index's stored vectors, sparse part from the stored float OT vectors. The sparse top K' comes from
-the inverted (term -> postings) view of those vectors, so it is exact too: only a document outside both sides'
-top K' can be missed.
+from the flat index's stored vectors, sparse part from the OT store (float16 weights, memory-mapped). The sparse
+side is scored term at a time over the query's posting lists, which gives every document sharing a term its exact
+sparse score: the sparse top K' is exact, and so is the sparse part of every dense candidate. Only a document
+outside both sides' top K' can be missed.
+
+Queries are searched one at a time (``threads`` of them side by side), so the memory a search needs beyond the
+index is one float32 accumulator of N documents per thread, whatever the batch size.
 """
 from __future__ import annotations
 
 import os
+import queue
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -30,9 +35,10 @@ class ExactHybridSearcher:
         self.device = device
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
-        if mode != "dense" and self.index.sparse is None:
+        if mode != "dense" and self.index.store is None:
             raise ValueError(f"mode {mode!r} needs a sparse side; card {self.index.card.name!r} has none")
         self.mode, self.candidates, self.threads = mode, candidates, max(1, threads)
+        self._buffers: queue.SimpleQueue = queue.SimpleQueue()  # float32 [N] accumulators, one per running query
         faiss.omp_set_num_threads(self.threads)
 
     @property
@@ -64,37 +70,36 @@ class ExactHybridSearcher:
             if self.mode == "dense":
                 return [[(self.index.docids[i], float(s)) for i, s in zip(ids, scores) if i >= 0][:k]
                         for ids, scores in zip(dense_ids, dense_scores)]
-        sparse_scores = self._sparse_scores(encoded.sparse)
-        return [self._rescore(b, encoded, sparse_scores[b], None if dense_ids is None else dense_ids[b], k, depth)
-                for b in range(len(encoded))]
+        sparse = encoded.sparse.tocsr()
 
-    def _sparse_scores(self, sparse):
-        """Per query, the sparse dot with every document sharing a term (CSR rows, sorted indices)."""
-        rows = np.array_split(np.arange(sparse.shape[0]), min(self.threads, sparse.shape[0]))
+        def one(b: int):
+            return self._search_one(encoded.dense[b], sparse[b], None if dense_ids is None else dense_ids[b], k, depth)
 
-        def part(idx):
-            scores = (sparse[idx] @ self.index.inverted).tocsr()
-            scores.sort_indices()
-            return [scores[i] for i in range(scores.shape[0])]
+        if self.threads == 1 or len(encoded) == 1:
+            return [one(b) for b in range(len(encoded))]
+        with ThreadPoolExecutor(min(self.threads, len(encoded))) as pool:
+            return list(pool.map(one, range(len(encoded))))
 
-        with ThreadPoolExecutor(self.threads) as pool:
-            return [row for chunk in pool.map(part, rows) for row in chunk]
+    def _search_one(self, dense_query, sparse_row, dense_ids, k: int, depth: int):
+        scores = self._accumulator()
+        try:
+            self.index.store.accumulate(sparse_row.indices, sparse_row.data, scores)
+            matched = np.flatnonzero(scores > 0)  # documents sharing a term with the query
+            if self.mode == "sparse":
+                return top_hits(scores[matched], self.index.docids, k, matched)
+            top_sparse = matched
+            if depth < len(matched):
+                top_sparse = matched[np.argpartition(-scores[matched], depth - 1)[:depth]]
+            cands = np.union1d(dense_ids[dense_ids >= 0], top_sparse)
+            exact = self.index.dense_vectors(cands) @ dense_query + scores[cands]
+            return top_hits(exact, self.index.docids, k, cands)
+        finally:
+            self._buffers.put(scores)
 
-    def _rescore(self, b, encoded, sparse_row, dense_ids, k, depth):
-        top_sparse = sparse_row.indices[np.argsort(-sparse_row.data, kind="stable")[:depth]]
-        if self.mode == "sparse":
-            return top_hits(sparse_row.data, self.index.docids, k, sparse_row.indices)
-        cands = np.union1d(dense_ids[dense_ids >= 0], top_sparse)
-        exact = self.index.dense[cands] @ encoded.dense[b] + gather(sparse_row, cands)
-        return top_hits(exact, self.index.docids, k, cands)
-
-
-def gather(row, columns: np.ndarray) -> np.ndarray:
-    """Values of a sorted-index CSR row at ``columns`` (0 where the row has no entry)."""
-    out = np.zeros(len(columns), np.float32)
-    if row.nnz:
-        pos = np.searchsorted(row.indices, columns)
-        valid = pos < row.nnz
-        valid[valid] = row.indices[pos[valid]] == columns[valid]
-        out[valid] = row.data[pos[valid]]
-    return out
+    def _accumulator(self) -> np.ndarray:
+        try:
+            scores = self._buffers.get_nowait()
+        except queue.Empty:
+            return np.zeros(len(self.index), np.float32)
+        scores.fill(0)
+        return scores

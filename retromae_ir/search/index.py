@@ -1,21 +1,67 @@
 """A retromae_ir index directory (see retromae_ir/encode/corpus.py) loaded for exact scoring, with every check that
-turns a wrong combination into an error instead of a silently wrong ranking."""
+turns a wrong combination into an error instead of a silently wrong ranking.
+
+What stays in memory is the faiss index (the dense vectors are read through a view of it, never copied) and the
+docids in one bytes block with their offsets (16 bytes a document plus the file's size); the OT weights stay on
+disk in the memory-mapped store (``retromae_ir.search.ot_store``). An index written before the store existed
+(``sparse/vectors.npz``, float32) is still read: its vectors are rounded to float16 into an in-memory store, so
+it scores exactly as the same index written today, but it needs them all in memory (a warning says to encode it
+again, which redoes only the merge while the chunk cache under DIR/.work is there).
+"""
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse
 
 from retromae_ir.encode.cards import EncoderCard, load_card
 from retromae_ir.encode.manifest import IndexMismatchError, check_card, read_manifest
+from retromae_ir.search.ot_store import STORE, VERSION, OTStore, StoreFormatError
 
+logger = logging.getLogger(__name__)
 MODES = ("hybrid", "dense", "sparse")
+STORE_FOLDER = "ot"  # DIR/sparse/ot/
+LEGACY_VECTORS = "vectors.npz"
+
+
+def store_manifest_field() -> dict:
+    """The manifest's ``sparse_store`` entry for an index whose sparse side is a memory-mapped store."""
+    return {"store": STORE, "version": VERSION, "path": f"sparse/{STORE_FOLDER}"}
+
+
+class DocidTable(Sequence):
+    """The lines of a docid file as a read-only sequence of str, held as one bytes block plus int64 offsets (a
+    Python list of 8.8M short strings takes about 0.6 GB; this about 0.2 GB)."""
+
+    def __init__(self, data: bytes):
+        if data and not data.endswith(b"\n"):
+            data += b"\n"
+        self._data = data
+        self._offsets = np.concatenate([[0], np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            return [self[i] for i in range(*item.indices(len(self)))]
+        i = int(item)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"docid row {item} out of range for {len(self)} documents")
+        return self._data[self._offsets[i]:self._offsets[i + 1] - 1].decode()
+
+    def __iter__(self):
+        return (line.decode() for line in self._data.split(b"\n")[:len(self)])
 
 
 class HybridIndex:
-    """docids, the faiss flat index and its stored vectors [N, d'], and (DupMAE) the float OT vectors [N, V]."""
+    """docids, the faiss index and its stored vectors [N, d'], and (DupMAE) the OT store."""
 
     def __init__(self, directory: str | os.PathLike, card: EncoderCard | str):
         import faiss
@@ -32,26 +78,75 @@ class HybridIndex:
             if not (dense_dir / name).is_file():
                 raise IndexMismatchError(f"{dense_dir / name} is missing: the dense index is incomplete")
         self.faiss_index = faiss.read_index(str(dense_dir / "index"))
-        self.docids = (dense_dir / "docid").read_text().splitlines()
+        self.docids = DocidTable((dense_dir / "docid").read_bytes())
         if self.faiss_index.ntotal == 0:
             raise IndexMismatchError(f"{dense_dir} is an empty index (0 vectors)")
         if self.faiss_index.d != self.card.dims:
             raise IndexMismatchError(f"{dense_dir} holds {self.faiss_index.d}-d vectors, the card gives {self.card.dims}")
         if len(self.docids) != self.faiss_index.ntotal:
             raise IndexMismatchError(f"{dense_dir}: {len(self.docids)} docids for {self.faiss_index.ntotal} vectors")
-        self.dense = self.faiss_index.reconstruct_n(0, self.faiss_index.ntotal)
-        self.sparse = self.inverted = None
-        if self.card.sparse:
-            path = self.directory / "sparse" / "vectors.npz"
-            if not path.is_file():
-                raise IndexMismatchError(f"{path} is missing: the sparse side of {self.directory} is incomplete")
-            self.sparse = scipy.sparse.load_npz(path).tocsr()
-            if self.sparse.shape[0] != len(self.docids):
-                raise IndexMismatchError(f"{path}: {self.sparse.shape[0]} rows for {len(self.docids)} documents")
-            self.inverted = self.sparse.T.tocsr()  # term -> postings: a query touches only its terms' rows
+        self._flat = _flat_view(self.faiss_index)
+        self.store = self._open_store() if self.card.sparse else None
+
+    def _open_store(self) -> OTStore:
+        sparse_dir = self.directory / "sparse"
+        entry = self.manifest.get("sparse_store")
+        if entry is not None:
+            if entry.get("store") != STORE or entry.get("version") != VERSION:
+                raise IndexMismatchError(f"{self.directory}: its sparse store is {entry}; this retromae_ir reads "
+                                         f"{store_manifest_field()}: upgrade retromae_ir, or encode the corpus again")
+            try:
+                store = OTStore.open(self.directory / entry["path"])
+            except StoreFormatError as exc:
+                raise IndexMismatchError(str(exc)) from None
+        else:
+            store = self._legacy_store(sparse_dir / LEGACY_VECTORS)
+        if store.documents != len(self.docids):
+            raise IndexMismatchError(f"{store.where}: {store.documents} documents for {len(self.docids)} docids")
+        return store
+
+    def _legacy_store(self, path: Path) -> OTStore:
+        import scipy.sparse
+
+        if not path.is_file():
+            raise IndexMismatchError(f"{self.directory / 'sparse' / STORE_FOLDER} is missing: the sparse side of "
+                                     f"{self.directory} is incomplete")
+        logger.warning("%s was written before the memory-mapped OT store: its float vectors are read into memory "
+                       "(8 bytes a posting) and rounded to float16. Encode it again (the same `encode corpus` "
+                       "command; only the merge is redone while %s/.work holds its chunks) to search it "
+                       "memory-mapped.", self.directory, self.directory)
+        return OTStore.from_csr(scipy.sparse.load_npz(path), str(path))
 
     def __len__(self) -> int:
         return len(self.docids)
+
+    @property
+    def vocab_size(self) -> int | None:
+        return None if self.store is None else self.store.vocab
+
+    @property
+    def dense(self) -> np.ndarray:
+        """All dense vectors [N, d'] (float32): a view of a flat index's own storage, a copy for other index types."""
+        if self._flat is not None:
+            return self._flat
+        return self.faiss_index.reconstruct_n(0, self.faiss_index.ntotal)
+
+    def dense_vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The dense vectors of ``rows`` [len(rows), d'] (reconstructed by faiss for a non-flat index)."""
+        if self._flat is not None:
+            return self._flat[rows]
+        return self.faiss_index.reconstruct_batch(np.asarray(rows, dtype=np.int64))
+
+    @cached_property
+    def inverted(self):
+        """The OT store as a float32 scipy matrix [vocab, N] (term -> postings), built once on first use: brute force
+        and sweeps over small corpora (8 bytes a posting in memory); None for a dense-only card."""
+        return None if self.store is None else self.store.to_csr()
+
+    @property
+    def sparse(self):
+        """The OT vectors [N, vocab] (float16 weights as float32), the transpose of :attr:`inverted`."""
+        return None if self.store is None else self.inverted.T
 
     def check_queries(self, dense: np.ndarray, sparse, mode: str) -> None:
         """Query vectors must match the index's dimensions; sparse modes need a sparse side."""
@@ -61,9 +156,30 @@ class HybridIndex:
             raise IndexMismatchError(f"query vectors have shape {dense.shape}, the index holds "
                                      f"{self.faiss_index.d}-d vectors")
         if mode != "dense":
-            if self.sparse is None:
+            if self.store is None:
                 raise IndexMismatchError(f"mode {mode!r} needs a sparse side; card {self.card.name!r} has none")
-            if sparse is None or sparse.shape[1] != self.sparse.shape[1]:
+            if sparse is None or sparse.shape[1] != self.store.vocab:
                 shape = None if sparse is None else sparse.shape
                 raise IndexMismatchError(f"sparse query vectors have shape {shape}, the index vocabulary is "
-                                         f"{self.sparse.shape[1]}")
+                                         f"{self.store.vocab}")
+
+
+class _Buffer:
+    """Exposes a faiss flat index's float storage to numpy and keeps the index alive as the array's base."""
+
+    def __init__(self, index, shape: tuple[int, int]):
+        self.index = index
+        self.__array_interface__ = {"shape": shape, "typestr": "<f4", "version": 3,
+                                    "data": (int(index.get_xb()), True)}
+
+
+def _flat_view(index) -> np.ndarray | None:
+    """[ntotal, d] read-only float32 view of an IndexFlat's vectors (no copy), or None for other index types."""
+    import faiss
+
+    if not isinstance(faiss.downcast_index(index), faiss.IndexFlat):
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            ivf.make_direct_map()  # reconstruct_batch of an IVF index needs it
+        return None
+    return np.asarray(_Buffer(index, (index.ntotal, index.d)))
