@@ -90,6 +90,23 @@ def world(tmp_path_factory, tiny_bert_dir) -> World:
     return w
 
 
+@pytest.fixture(autouse=True)
+def root_logging():
+    """Commands set up logging to the stderr of the moment (this test's capture): put the root logger back after
+    each case, so no later test logs into a stream that is gone."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
+
+
 def refused(main: Callable, argv: list[str], capsys) -> str:
     """Run ``main(argv)`` expecting the convention: exit 2, an ``error:`` line, no traceback; returns the first
     ``error:`` line (a command listing several problems, like ``submit``, gives one line each)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import shutil
 from pathlib import Path
 from typing import Iterator
@@ -53,6 +54,8 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
     this session created is removed again when the block fails, so a failed driver leaves nothing behind."""
     retriever = make_retriever(args)
     out_dir = args.runs_dir / retriever.name
+    root = logging.getLogger()
+    before = (root.handlers[:], root.level)
     with claim_output(out_dir):
         created = not out_dir.exists()
         setup_logging(out_dir / log_name)
@@ -60,6 +63,22 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
             yield retriever, out_dir
         except BaseException:
             if created:
-                setup_logging()  # close the log file before its folder goes
+                _restore_logging(*before)  # close the log file before its folder goes
                 shutil.rmtree(out_dir, ignore_errors=True)
             raise
+        finally:
+            _restore_logging(*before)
+
+
+def _restore_logging(handlers: list[logging.Handler], level: int) -> None:
+    """The root logger as it was before a session (its log file closed), so a driver called in process (tests,
+    notebooks) leaves no handler writing to its file or to a stream that is gone."""
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
