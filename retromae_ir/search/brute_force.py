@@ -27,9 +27,15 @@ def top_hits(scores: np.ndarray, docids, k: int, candidates: np.ndarray | None =
             [best, _first_by_docid(tied, docids, candidates, k - len(best))])
     else:
         best = np.arange(len(scores))
+    values = scores[best]
+    order = np.argsort(-values, kind="stable")
+    best, values = best[order], values[order]
     ids = best if candidates is None else candidates[best]
-    hits = [(docids[i], float(s)) for i, s in zip(ids, scores[best])]
-    return sorted(hits, key=lambda hit: (-hit[1], hit[0]))[:k]
+    names = docids.take(ids) if hasattr(docids, "take") else [docids[i] for i in ids.tolist()]
+    hits = list(zip(names, values.tolist()))
+    if (values[1:] == values[:-1]).any():  # equal scores: by docid
+        hits.sort(key=lambda hit: (-hit[1], hit[0]))
+    return hits[:k]
 
 
 def _first_by_docid(tied: np.ndarray, docids, candidates, n: int) -> np.ndarray:

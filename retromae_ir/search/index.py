@@ -56,6 +56,14 @@ class DocidTable(Sequence):
             raise IndexError(f"docid row {item} out of range for {len(self)} documents")
         return self._data[self._offsets[i]:self._offsets[i + 1] - 1].decode()
 
+    def take(self, rows) -> list[str]:
+        """The docids of many rows at once (numpy array or list of ints)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"docid rows outside [0, {len(self)})")
+        data = self._data
+        return [data[a:b].decode() for a, b in zip(self._offsets[rows].tolist(), (self._offsets[rows + 1] - 1).tolist())]
+
     def __iter__(self):
         return (line.decode() for line in self._data.split(b"\n")[:len(self)])
 

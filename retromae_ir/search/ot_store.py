@@ -75,10 +75,10 @@ class OTStore:
             path = folder / f"{name}.npy"
             if not path.is_file():
                 raise StoreFormatError(f"{path} is missing: the OT store is incomplete")
-            arrays[name] = np.load(path, mmap_mode="r")
-            if arrays[name].dtype != dtype or arrays[name].ndim != 1:
-                raise StoreFormatError(f"{path} holds {arrays[name].dtype} {arrays[name].shape}, expected 1-d "
-                                       f"{np.dtype(dtype)}")
+            mapped = np.load(path, mmap_mode="r")
+            if mapped.dtype != dtype or mapped.ndim != 1:
+                raise StoreFormatError(f"{path} holds {mapped.dtype} {mapped.shape}, expected 1-d {np.dtype(dtype)}")
+            arrays[name] = mapped.view(np.ndarray)  # still the mapping (its base); slices skip memmap's overhead
         store = cls(arrays["offsets"], arrays["docs"], arrays["weights"], meta["documents"], str(folder))
         if store.vocab != meta["vocab"] or store.postings != meta["postings"]:
             raise StoreFormatError(f"{folder}: the arrays hold {store.vocab} terms and {store.postings} postings, "

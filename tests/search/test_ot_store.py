@@ -47,7 +47,7 @@ def test_round_trip_is_exact_and_memory_mapped(tmp_path, monkeypatch):
     meta = write_ot_store(tmp_path / "ot", lambda: iter(chunks), 500)
     assert meta["documents"] == 300 and meta["postings"] == matrix.nnz and meta["vocab"] == 500
     store = OTStore.open(tmp_path / "ot")
-    assert isinstance(store.docs, np.memmap) and isinstance(store.weights, np.memmap)
+    assert isinstance(store.docs.base, np.memmap) and isinstance(store.weights.base, np.memmap)
     assert store.docs.dtype == np.int32 and store.weights.dtype == np.float16 and store.offsets.dtype == np.int64
     expected = matrix.tocsc()
     expected.sort_indices()
@@ -146,7 +146,7 @@ def synthetic(tmp_path_factory):
 def test_memory_mapped_search_gives_brute_force_top10(synthetic):
     root, card, _, queries = synthetic
     searcher = ExactHybridSearcher(root, card, candidates=100, threads=2)
-    assert isinstance(searcher.index.store.docs, np.memmap)
+    assert isinstance(searcher.index.store.docs.base, np.memmap)
     brute = BruteForceScorer(searcher.index)
     for mode in ("hybrid", "sparse"):
         searcher.mode = mode
@@ -219,7 +219,7 @@ def test_an_index_written_before_the_store_is_read_the_same(handful, tmp_path, c
     queries = model.encode_query([line.split("\t")[1] for line in topics.read_text().splitlines()])
     with caplog.at_level(logging.WARNING):
         old = ExactHybridSearcher(legacy, model, candidates=2)
-    assert "Encode it again" in caplog.text and not isinstance(old.index.store.docs, np.memmap)
+    assert "Encode it again" in caplog.text and not isinstance(old.index.store.docs.base, np.memmap)
     new = ExactHybridSearcher(index_dir, model, candidates=2)
     for name in ("offsets", "docs", "weights"):
         np.testing.assert_array_equal(getattr(old.index.store, name), getattr(new.index.store, name))
@@ -227,3 +227,17 @@ def test_an_index_written_before_the_store_is_read_the_same(handful, tmp_path, c
     (legacy / "sparse" / "vectors.npz").unlink()
     with pytest.raises(IndexMismatchError, match="incomplete"):
         HybridIndex(legacy, card)
+
+
+def test_top_hits_breaks_ties_at_the_cut_by_docid(synthetic):
+    from retromae_ir.search.brute_force import top_hits
+
+    scores = np.array([1, 3, 2, 2, 2, 0.5], np.float32)
+    docids = ["f", "e", "d", "c", "b", "a"]
+    assert top_hits(scores, docids, 3) == [("e", 3.0), ("b", 2.0), ("c", 2.0)]
+    assert top_hits(scores[[0, 2, 4]], docids, 2, np.array([0, 2, 4])) == [("b", 2.0), ("d", 2.0)]
+    many = np.ones(100, np.float32)  # more ties than 4 k: the first by docid, without sorting every hit
+    assert top_hits(many, [f"{i:03d}" for i in range(99, -1, -1)], 3) == [("000", 1.0), ("001", 1.0), ("002", 1.0)]
+    table = HybridIndex(synthetic[0], synthetic[1]).docids
+    assert top_hits(scores, table, 2) == [("doc-1", 3.0), ("doc-2", 2.0)]
+    assert table.take(np.array([4, 0])) == ["doc-4", "doc-0"]
