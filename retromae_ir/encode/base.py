@@ -37,9 +37,13 @@ class Encoded:
 
 
 def load_projection(checkpoint: str, hidden_size: int, dims: int) -> torch.nn.Linear | None:
-    """W_cls from ``projection.safetensors`` (weight [d', d], optional bias); None means identity (d' = d)."""
-    path = Path(checkpoint) / PROJECTION_FILE
-    if not path.is_file():
+    """W_cls from ``projection.safetensors`` (weight [d', d], optional bias) of a local or hub checkpoint; None means
+    identity (d' = d)."""
+    from retromae_ir.encode.declared import checkpoint_file
+
+    found = checkpoint_file(checkpoint, PROJECTION_FILE)
+    path = Path(found) if found else None
+    if path is None:
         if dims != hidden_size:
             raise CardError(f"card asks for dims={dims} but {checkpoint} has hidden size {hidden_size} and no "
                             f"{PROJECTION_FILE}: set dims: {hidden_size} or use a fine-tuned checkpoint with W_cls")
@@ -74,7 +78,10 @@ class EncoderModel(torch.nn.Module):
         from retromae_ir.encode import MODEL_CLASSES
 
         card = load_card(card)
-        model = MODEL_CLASSES[card.kind].from_checkpoint(card)
+        try:
+            model = MODEL_CLASSES[card.kind].from_checkpoint(card)
+        except OSError as error:  # transformers' message names neither the card nor what it tried to load
+            raise CardError(f"card {card.name!r}: cannot load checkpoint {card.checkpoint!r}: {error}") from error
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = model.to(device).eval()
         model.bf16 = bf16 if bf16 is not None else bf16_is_fast(model.device)

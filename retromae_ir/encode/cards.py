@@ -104,14 +104,20 @@ class EncoderCard:
         return path
 
     def weight_digests(self) -> dict[str, str]:
-        """sha256 of each ``*.safetensors`` file of a local checkpoint directory ({} for a hub name): a checkpoint
-        trained again into the same folder keeps the card's fingerprint but not these."""
+        """sha256 of each weight file (``*.safetensors``, ``*.bin``) of the checkpoint: a local folder, or a hub
+        name's cached snapshot (so another revision is another key; {} when the hub name is not cached): a
+        checkpoint trained again into the same folder keeps the card's fingerprint but not these."""
+        from retromae_ir.encode.declared import checkpoint_file
         from retromae_ir.io import file_digest
 
         checkpoint = Path(self.checkpoint_path())
         if not checkpoint.is_dir():
-            return {}
-        return {weights.name: file_digest(weights) for weights in sorted(checkpoint.glob("*.safetensors"))}
+            config = checkpoint_file(self.checkpoint_path(), "config.json")
+            if config is None:
+                return {}
+            checkpoint = Path(config).parent
+        files = sorted({*checkpoint.glob("*.safetensors"), *checkpoint.glob("*.bin")})
+        return {weights.name: file_digest(weights) for weights in files}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -36,7 +36,7 @@ class Declared:
 
 def declared_pipeline(checkpoint: str) -> Declared:
     """The pooling and normalisation ``checkpoint`` (a local directory or a hub name) declares."""
-    modules_file = _find(checkpoint, MODULES)
+    modules_file = checkpoint_file(checkpoint, MODULES)
     if modules_file is None:
         return Declared()
     modules = json.loads(Path(modules_file).read_text())
@@ -45,7 +45,7 @@ def declared_pipeline(checkpoint: str) -> Declared:
     if POOLING_TYPE not in types:
         return Declared(normalize=normalize)
     config_name = f"{types[POOLING_TYPE]}/config.json".lstrip("/")
-    config_file = _find(checkpoint, config_name)
+    config_file = checkpoint_file(checkpoint, config_name)
     if config_file is None:
         return Declared(normalize=normalize)
     return Declared(_pooling(json.loads(Path(config_file).read_text()), config_file), normalize)
@@ -59,7 +59,7 @@ def _pooling(config: dict, where: str | os.PathLike) -> str:
     return POOLING_FLAGS[modes[0]]
 
 
-def _find(checkpoint: str, filename: str) -> str | None:
+def checkpoint_file(checkpoint: str, filename: str) -> str | None:
     """``filename`` of a local checkpoint directory, else of a hub checkpoint (cache first, then download)."""
     local = Path(checkpoint)
     if local.is_dir():

@@ -393,17 +393,12 @@ def test_a_checkpoint_missing_from_the_offline_cache_fails_to_load(offline_hub):
         EncoderModel.from_card(card, device="cpu")
 
 
-@pytest.mark.xfail(strict=True, reason="EncoderModel.from_card lets transformers' OSError through, whose message names "
-                   "neither the card nor the checkpoint (report of issue 13 item 3: wrap it in a CardError)")
 def test_a_missing_checkpoint_error_names_the_card_and_the_checkpoint(offline_hub):
     card = load_card("retromae", checkpoint="someone/not-cached")
     with pytest.raises((OSError, ValueError), match="someone/not-cached"):
         EncoderModel.from_card(card, device="cpu")
 
 
-@pytest.mark.xfail(strict=True, reason="load_projection looks for projection.safetensors only in a local folder: a "
-                   "hub checkpoint's W_cls is silently replaced by the identity when dims equals the hidden size "
-                   "(report of issue 13 item 3)")
 def test_a_hub_checkpoints_projection_is_used(offline_hub, tmp_path):
     from safetensors.torch import save_file
 
@@ -418,8 +413,6 @@ def test_a_hub_checkpoints_projection_is_used(offline_hub, tmp_path):
     assert model.projection is not None
 
 
-@pytest.mark.xfail(strict=True, reason="EncoderCard.weight_digests is {} for a hub name, so an index built from one "
-                   "revision is reused after the cache moves to another (report of issue 13 item 3)")
 def test_a_hub_checkpoints_revision_keys_the_index(offline_hub):
     assert load_card("retromae").weight_digests()
 
