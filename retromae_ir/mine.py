@@ -18,7 +18,7 @@ from pathlib import Path
 
 from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.data.readers import load_qrels, load_topics
-from retromae_ir.evaluate.metrics import ranked
+from retromae_ir.runs import ranked
 from retromae_ir.io import atomic_write, claim_output
 from retromae_ir.logs import setup_logging
 

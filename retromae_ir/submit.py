@@ -17,7 +17,7 @@ from pathlib import Path
 from retromae_ir import __version__
 from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.data.readers import iter_lines, load_topics
-from retromae_ir.evaluate.runs import MAX_DEPTH, run_violations, write_trec_run
+from retromae_ir.runs import MAX_DEPTH, run_violations, write_trec_run
 from retromae_ir.io import atomic_write, file_digest, make_dir
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9]{1,12}$")

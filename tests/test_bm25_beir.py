@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "eval"))
 import beir_all  # noqa: E402
 
-from retromae_ir.evaluate.runs import validate_trec_run  # noqa: E402
+from retromae_ir.runs import validate_trec_run  # noqa: E402
 
 DOCS = {
     "d1": ("Aardvarks", "The aardvark digs burrows and eats termites at night."),

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import pytrec_eval
 
-Run = dict[str, dict[str, float]]
+from retromae_ir.runs import Run, ranked
+
 Qrels = dict[str, dict[str, int]]
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10", "map")
@@ -43,11 +44,6 @@ def _parse(metric: str) -> _Measure:
         return _Measure(metric, "recip_rank", "recip_rank", int(depth))
     trec = {"ndcg": "ndcg_cut", "recall": "recall"}[kind]
     return _Measure(metric, f"{trec}.{depth}", f"{trec}_{depth}", None)
-
-
-def ranked(hits: dict[str, float]) -> list[tuple[str, float]]:
-    """``(docid, score)`` pairs in ranking order: score descending, ties by docid ascending."""
-    return sorted(hits.items(), key=lambda item: (-item[1], item[0]))
 
 
 def _rank_scored(run: Run, depth: int | None) -> Run:

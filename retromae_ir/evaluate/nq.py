@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from retromae_ir.data.readers import DataFormatError, Document
-from retromae_ir.evaluate.metrics import Run, ranked
+from retromae_ir.runs import Run, ranked
 from retromae_ir.evaluate.runs import EvaluationError
 from retromae_ir.io import atomic_write
 
@@ -291,7 +291,7 @@ def evaluate_modes(model, index_dir: Path, corpus: Path, questions: list[Questio
                    threads: int = 1) -> list[ModeResult]:
     """Search each mode, write ``out_dir/<mode>.trec`` and ``out_dir/<mode>.dpr.json`` and score the latter with
     Pyserini's evaluator. A mode that finds nothing for any question is an error (nothing is written for it)."""
-    from retromae_ir.evaluate.runs import write_trec_run
+    from retromae_ir.runs import write_trec_run
 
     ks = sorted(set(ks))
     hits = hits or max(ks)

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     import torch
 
     from retromae_ir.data.readers import load_topics
-    from retromae_ir.evaluate import write_trec_run
+    from retromae_ir.runs import write_trec_run
     from retromae_ir.io import claim_output
 
     torch.set_num_threads(args.threads)

@@ -9,7 +9,7 @@ import pytest
 
 from retromae_ir.data.beir import CQADUPSTACK_SUBFORUMS
 from retromae_ir.evaluate.beir_suite import BeirSuite, DatasetResult, results_frame, write_results
-from retromae_ir.evaluate.runs import write_trec_run
+from retromae_ir.runs import write_trec_run
 
 
 class NoRetriever:

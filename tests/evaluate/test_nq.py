@@ -22,7 +22,7 @@ import yaml
 
 from retromae_ir.data.readers import DataFormatError
 from retromae_ir.evaluate import nq
-from retromae_ir.evaluate.runs import read_trec_run, validate_trec_run
+from retromae_ir.runs import read_trec_run, validate_trec_run
 
 REPO = Path(__file__).resolve().parents[2]
 PASSAGES = [  # id, text, title
@@ -71,7 +71,7 @@ def data(tmp_path) -> tuple[Path, Path]:
 
 def expected_accuracy(run: dict[str, dict[str, float]], ks) -> dict[int, float]:
     """Top-k accuracy from a run and ``TRUTH``: the rank of the first answering passage, per question."""
-    from retromae_ir.evaluate.metrics import ranked
+    from retromae_ir.runs import ranked
 
     first = {}
     for qid, truth in TRUTH.items():

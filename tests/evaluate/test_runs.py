@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from retromae_ir.data.readers import DataFormatError
-from retromae_ir.evaluate.runs import RunSummary, read_trec_run, validate_trec_run, write_trec_run
+from retromae_ir.runs import RunSummary, read_trec_run, validate_trec_run, write_trec_run
 
 RUN = {"q2": {"b": 1.5, "a": 1.5, "c": 2.0}, "q10": {"x": 0.1 + 0.2, "y": -3.0}}
 

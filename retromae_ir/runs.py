@@ -1,0 +1,141 @@
+"""TREC run files (``qid Q0 docid rank score tag``), the interface between search, mining, submission and evaluation:
+the ranking order, a deterministic atomic writer and a validating reader.
+
+The writer keeps the top ``k`` hits per topic in ``ranked`` order (score descending, docid ascending), writes
+topics in sorted qid order and scores in Python's shortest exact form, so the same run always gives the same bytes
+and reading it back gives the same scores. The validator is the reader: it rejects a run trec_eval would misread.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from retromae_ir.data.readers import DataFormatError, iter_lines
+from retromae_ir.io import atomic_write
+
+MAX_DEPTH = 1000
+Run = dict[str, dict[str, float]]
+
+
+def ranked(hits: dict[str, float]) -> list[tuple[str, float]]:
+    """``(docid, score)`` pairs in ranking order: score descending, ties by docid ascending."""
+    return sorted(hits.items(), key=lambda item: (-item[1], item[0]))
+
+
+def write_trec_run(path: str | os.PathLike, run: Run, tag: str, k: int = MAX_DEPTH) -> Path:
+    """Write the top ``k`` hits of every topic of ``run`` to ``path`` (atomically); returns the path."""
+    _check_token(tag, "tag")
+    with atomic_write(path) as out:
+        for qid in sorted(run):
+            _check_token(qid, "query id")
+            for rank, (docid, score) in enumerate(ranked(run[qid])[:k], start=1):
+                _check_token(docid, f"document id (query {qid!r})")
+                if not math.isfinite(score):
+                    raise ValueError(f"run score for query {qid!r}, document {docid!r} is {score}")
+                out.write(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
+    return Path(path)
+
+
+def _check_token(value: str, what: str) -> None:
+    if not isinstance(value, str) or not value or len(value.split()) != 1 or value != value.strip():
+        raise ValueError(f"{what} {value!r} cannot be a TREC run column (empty or holds whitespace)")
+
+
+@dataclass
+class RunSummary:
+    """What ``validate_trec_run`` found in a well-formed run."""
+
+    topics: int
+    lines: int
+    tags: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _TopicState:
+    rank: int
+    score: float
+    docids: set[str]
+
+
+def _parse_run(path: Path, max_depth: int, report=None) -> tuple[Run, RunSummary]:
+    """Parse and check a run; each violation raises ``DataFormatError``, or is passed to ``report`` (and the
+    offending line skipped) when a caller wants every violation at once."""
+    def fail(message: str) -> None:
+        if report is None:
+            raise DataFormatError(message)
+        report(message)
+
+    run: Run = {}
+    state: dict[str, _TopicState] = {}
+    summary = RunSummary(topics=0, lines=0)
+    for number, line in iter_lines(path):
+        try:
+            qid, docid, rank, score, tag = _parse_line(path, number, line)
+        except DataFormatError as exc:
+            fail(str(exc))
+            continue
+        where = f"{path}:{number}:"
+        topic = state.get(qid)
+        if topic is not None:
+            if docid in topic.docids:
+                fail(f"{where} document {docid!r} appears twice for query {qid!r}")
+                continue
+            if len(topic.docids) >= max_depth:
+                fail(f"{where} query {qid!r} has more than {max_depth} hits")
+                continue
+            if rank <= topic.rank:
+                fail(f"{where} rank {rank} does not increase (previous rank {topic.rank} for query {qid!r})")
+            elif score > topic.score:
+                fail(f"{where} score {score} is higher than the score {topic.score} at the "
+                     f"previous rank {topic.rank} for query {qid!r}")
+            topic.rank, topic.score = rank, score
+            topic.docids.add(docid)
+        else:
+            state[qid] = _TopicState(rank, score, {docid})
+        run.setdefault(qid, {})[docid] = score
+        summary.lines += 1
+        summary.tags.add(tag)
+    summary.topics = len(run)
+    if not summary.lines:
+        fail(f"{path}: empty run")
+    return run, summary
+
+
+def _parse_line(path: Path, number: int, line: str) -> tuple[str, str, int, float, str]:
+    fields = line.split()
+    if len(fields) != 6:
+        raise DataFormatError(f"{path}:{number}: expected 6 columns 'qid Q0 docid rank score tag', "
+                              f"got {len(fields)}: {line[:80]!r}")
+    qid, _, docid, rank_text, score_text, tag = fields
+    try:
+        rank = int(rank_text)
+    except ValueError:
+        raise DataFormatError(f"{path}:{number}: rank {rank_text!r} is not an integer") from None
+    try:
+        score = float(score_text)
+    except ValueError:
+        raise DataFormatError(f"{path}:{number}: score {score_text!r} is not a number") from None
+    if not math.isfinite(score):
+        raise DataFormatError(f"{path}:{number}: score {score_text!r} is not finite")
+    return qid, docid, rank, score, tag
+
+
+def read_trec_run(path: str | os.PathLike, max_depth: int = MAX_DEPTH) -> Run:
+    """``{qid: {docid: score}}`` from a run file, validated as ``validate_trec_run`` does."""
+    return _parse_run(Path(path), max_depth)[0]
+
+
+def validate_trec_run(path: str | os.PathLike, max_depth: int = MAX_DEPTH) -> RunSummary:
+    """Raise ``DataFormatError`` naming the first bad line: wrong column count, non-numeric rank or score, a
+    document twice in a topic, more than ``max_depth`` hits in a topic, ranks not increasing, or a score higher
+    than the one at the topic's previous rank. A topic's lines need not be contiguous."""
+    return _parse_run(Path(path), max_depth)[1]
+
+
+def run_violations(path: str | os.PathLike, max_depth: int = MAX_DEPTH) -> tuple[Run, RunSummary, list[str]]:
+    """Every violation ``validate_trec_run`` would stop at, collected; with the lines that passed."""
+    violations: list[str] = []
+    run, summary = _parse_run(Path(path), max_depth, violations.append)
+    return run, summary, violations
