@@ -281,6 +281,42 @@ def write_without_lucene(index_dir: Path, card, folder: Path) -> None:
                    sparse_postings=meta["postings"], sparse_store=store_manifest_field(), corpus="synthetic")
 
 
+def index_dir(args) -> Path:
+    """The index the phases search: the built one, or its copy with another faiss index (--faiss)."""
+    return args.work / ("index" if args.faiss == "Flat" else f"index-{args.faiss.replace(',', '-')}")
+
+
+def with_faiss(args) -> dict:
+    """A copy of the index whose dense/index is ``faiss.index_factory(dims, --faiss)`` trained on and filled with the
+    flat index's vectors (the sparse side and the manifest are links to the built index's)."""
+    import faiss
+
+    from retromae_ir.io import atomic_dir
+
+    target = index_dir(args)
+    if args.faiss == "Flat" or (target / "dense" / "index").is_file():
+        return {}
+    start = time.perf_counter()
+    flat = faiss.read_index(str(args.work / "index" / "dense" / "index"))
+    vectors = flat.reconstruct_n(0, flat.ntotal)
+    del flat
+    index = faiss.index_factory(args.dims, args.faiss, faiss.METRIC_INNER_PRODUCT)
+    sample = np.random.default_rng(args.seed).choice(len(vectors), min(len(vectors), 100_000), replace=False)
+    index.train(vectors[np.sort(sample)])
+    index.add(vectors)
+    if args.nprobe:
+        faiss.extract_index_ivf(index).nprobe = args.nprobe
+    target.mkdir(exist_ok=True)
+    for name in ("sparse", "manifest.json"):
+        if not (target / name).exists():
+            (target / name).symlink_to(Path("..") / "index" / name)
+    with atomic_dir(target / "dense") as tmp:
+        (tmp / "docid").symlink_to(args.work / "index" / "dense" / "docid")
+        faiss.write_index(index, str(tmp / "index"))
+    return {f"faiss_{args.faiss}_build_s": time.perf_counter() - start,
+            f"faiss_{args.faiss}_bytes_per_doc": du(target / "dense" / "index") / args.docs}
+
+
 def card_vocab(chunk_path: Path) -> int:
     with np.load(chunk_path) as chunk:
         return int(chunk["vocab"])
@@ -306,7 +342,7 @@ def phase_ours(args, memory: Memory) -> dict:
     encoded, _ = load_queries(args.work)
     memory.mark("imported")
     start = time.perf_counter()
-    searcher = ExactHybridSearcher(args.work / "index", args.work / "card.yaml", candidates=args.candidates[0],
+    searcher = ExactHybridSearcher(index_dir(args), args.work / "card.yaml", candidates=args.candidates[0],
                                    threads=args.threads)
     load_s = time.perf_counter() - start
     memory.mark("loaded")
@@ -339,7 +375,7 @@ def phase_pyserini(args, memory: Memory) -> dict:
     topics = {f"q{i}": f"synthetic query {i}" for i in range(args.queries)}
     memory.mark("imported")
     start = time.perf_counter()
-    dense = FaissSearcher(str(args.work / "index" / "dense"),
+    dense = FaissSearcher(str(index_dir(args) / "dense"),
                           QueryEncoder.load_encoded_queries(str(args.work / "queries" / "dense"), verbose=False))
     sparse = LuceneImpactSearcher(str(args.work / "index" / "sparse" / "index"),
                                   str(args.work / "queries" / "sparse.jsonl"), min_idf=-1)
@@ -362,7 +398,7 @@ def phase_brute(args, memory: Memory) -> dict:
     from retromae_ir.search import BruteForceScorer, HybridIndex
 
     encoded, sources = load_queries(args.work)
-    index = HybridIndex(args.work / "index", args.work / "card.yaml")
+    index = HybridIndex(index_dir(args), args.work / "card.yaml")
     scorer = BruteForceScorer(index)
     top10 = []
     start = time.perf_counter()
@@ -413,6 +449,10 @@ def main(argv=None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="default: /tmp/hybrid_scale-<docs>")
     parser.add_argument("--no-lucene", action="store_true",
                         help="write no Lucene index (the OT store streamed from the chunks) and skip Pyserini")
+    parser.add_argument("--faiss", default="Flat",
+                        help="faiss.index_factory string of the dense index both searchers use (default Flat, what "
+                             "merge writes; e.g. SQfp16, HNSW32,Flat, IVF4096,Flat with --nprobe)")
+    parser.add_argument("--nprobe", type=int, default=None, help="lists an IVF index searches")
     parser.add_argument("--skip", nargs="*", default=[], choices=sorted(PHASES), help="phases not to run")
     parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)  # a child process's phase
     args = parser.parse_args(argv)
@@ -421,6 +461,7 @@ def main(argv=None) -> int:
         run_phase(args)
         return 0
     info = build(args)
+    info["timings"].update(with_faiss(args))
     print(json.dumps({key: info[key] for key in ("timings", "bytes_per_doc", "postings_per_doc")}), flush=True)
     skip = set(args.skip) | ({"pyserini"} if args.no_lucene else set())
     results = {"build": info}
@@ -447,14 +488,15 @@ def main(argv=None) -> int:
 
 
 def table(args, results: dict) -> str:
-    lines = [f"N = {args.docs:,} documents, {args.queries} queries, dims {args.dims}, k {args.k}, query_k "
+    lines = [f"N = {args.docs:,} documents, faiss {args.faiss}{f' nprobe {args.nprobe}' if args.nprobe else ''}, "
+             f"{args.queries} queries, dims {args.dims}, k {args.k}, query_k "
              f"{args.query_k}, zipf {args.zipf}, {args.threads} threads; OT store "
              f"{results['build']['bytes_per_doc']['ot_store']:.0f} bytes/doc, "
              f"{results['build']['postings_per_doc']:.1f} postings/doc",
              "", "| searcher | K' | q/s | top-1 identical to brute force | top-10 identical | R@10 of exact |",
              "| --- | --- | --- | --- | --- | --- |"]
-    memory = ["", "| searcher | load s | RSS after imports GiB | RSS after load GiB | peak RSS GiB | peak anon GiB | "
-                  "peak file-backed GiB |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    memory = ["", "| searcher | load s | anon after imports GiB | anon after load GiB | peak anon GiB | "
+                  "peak file-backed GiB | peak RSS GiB |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for phase, name in (("ours", "exact hybrid (ours)"), ("pyserini", "Pyserini HybridSearcher")):
         if phase not in results:
             continue
@@ -463,10 +505,10 @@ def table(args, results: dict) -> str:
             lines.append(f"| {name} | {depth} | {run['qps']:.2f} | {run.get('top1_identical', float('nan')):.3f} | "
                          f"{run.get('top10_identical', float('nan')):.3f} | "
                          f"{run.get('recall_at_10_of_exact', float('nan')):.3f} |")
-        peak = r["memory"]["peak"]
-        marks = r["memory"]["marks"]
-        memory.append(f"| {name} | {r['load_s']:.2f} | {gib(marks['imported']['VmRSS'])} | {gib(marks['loaded']['VmRSS'])} | "
-                      f"{gib(peak['VmHWM'])} | {gib(peak['RssAnon'])} | {gib(peak['RssFile'])} |")
+        peak, marks = r["memory"]["peak"], r["memory"]["marks"]
+        memory.append(f"| {name} | {r['load_s']:.2f} | {gib(marks['imported']['RssAnon'])} | "
+                      f"{gib(marks['loaded']['RssAnon'])} | {gib(peak['RssAnon'])} | {gib(peak['RssFile'])} | "
+                      f"{gib(peak['VmHWM'])} |")
     lines += memory
     if "ours" in results:
         faiss_s = ", ".join(f"K'={d}: {run['faiss_alone_s']:.2f} s of {run['search_s']:.2f} s"

@@ -241,3 +241,32 @@ def test_top_hits_breaks_ties_at_the_cut_by_docid(synthetic):
     table = HybridIndex(synthetic[0], synthetic[1]).docids
     assert top_hits(scores, table, 2) == [("doc-1", 3.0), ("doc-2", 2.0)]
     assert table.take(np.array([4, 0])) == ["doc-4", "doc-0"]
+
+
+@pytest.mark.parametrize("factory", ["SQfp16", "IVF8,Flat"])
+def test_other_faiss_indexes_are_rescored_from_their_own_vectors(synthetic, tmp_path, factory):
+    """A dense/index made by faiss.index_factory instead of the flat one: candidates are rescored from the vectors
+    faiss reconstructs (float16 ones for SQfp16), and brute force reads the same, so exact stays exact at that
+    precision; an IVF index searching every list nominates what the flat one does."""
+    import faiss
+
+    root, card, _, queries = synthetic
+    copy = tmp_path / factory.replace(",", "-")
+    shutil.copytree(root, copy)
+    flat = faiss.read_index(str(root / "dense" / "index"))
+    vectors = flat.reconstruct_n(0, flat.ntotal)
+    index = faiss.index_factory(DIMS, factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(vectors)
+    index.add(vectors)
+    if factory.startswith("IVF"):
+        index.nprobe = index.nlist
+    faiss.write_index(index, str(copy / "dense" / "index"))
+    searcher = ExactHybridSearcher(copy, card, candidates=100)
+    assert searcher.index._flat is None
+    if factory == "SQfp16":
+        stored = searcher.index.dense  # float16 values (faiss rounds some the other way than numpy)
+        assert not np.array_equal(stored, vectors) and np.array_equal(stored, stored.astype(np.float16))
+        np.testing.assert_allclose(stored, vectors, rtol=2 ** -10, atol=2 ** -24)
+    reference = BruteForceScorer(searcher.index).search(queries.dense, queries.sparse, 10)
+    for exact, expected in zip(searcher.search_encoded(queries, 10), reference):
+        assert [d for d, _ in exact] == [d for d, _ in expected]
