@@ -61,8 +61,8 @@ class DocidTable(Sequence):
         rows = np.asarray(rows, dtype=np.int64)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
             raise IndexError(f"docid rows outside [0, {len(self)})")
-        data = self._data
-        return [data[a:b].decode() for a, b in zip(self._offsets[rows].tolist(), (self._offsets[rows + 1] - 1).tolist())]
+        data, starts, ends = self._data, self._offsets[rows].tolist(), (self._offsets[rows + 1] - 1).tolist()
+        return [data[a:b].decode() for a, b in zip(starts, ends)]
 
     def __iter__(self):
         return (line.decode() for line in self._data.split(b"\n")[:len(self)])
