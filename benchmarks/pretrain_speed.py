@@ -46,7 +46,7 @@ def matmul_gflops(dtype_name: str, threads: int, budget_s: float = 1.0, largest:
 
 def backbone_dir(name: str, workdir: Path) -> str:
     """The packaged MiniLM, or a randomly initialised bert-base configuration saved once (no download)."""
-    from retromae_ir.pretrain.backbone import default_model
+    from retromae_ir.packaged import default_model
 
     if name == "minilm":
         return default_model()

@@ -19,7 +19,7 @@ from retromae_ir.finetune.data import load_examples
 from retromae_ir.finetune.model import BiEncoder, load_encoder
 from retromae_ir.finetune.trainer import FinetuneTrainer
 from retromae_ir.logs import setup_logging
-from retromae_ir.pretrain.trainer import exclusive_run, run_identity
+from retromae_ir.training.trainer import exclusive_run, run_identity
 
 
 def parse(argv: list[str] | None = None):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from retromae_ir.pretrain.arguments import TrainingArguments
+from retromae_ir.training.arguments import TrainingArguments
 
 STAGES = ("1", "2", "distill")
 

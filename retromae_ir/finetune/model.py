@@ -25,7 +25,7 @@ from retromae_ir.finetune.arguments import DataArguments, LossArguments
 from retromae_ir.finetune.data import GroupCollator
 from retromae_ir.finetune.losses import contrastive_loss, default_temperature, distillation_loss
 from retromae_ir.io import atomic_write
-from retromae_ir.pretrain.contrastive import gather_with_grad
+from retromae_ir.training.distributed import gather_with_grad
 
 CARD_FILE = "card.yaml"
 METADATA_FILE = "retromae_ir.json"

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from retromae_ir.finetune.gradcache import forward_backward
-from retromae_ir.pretrain.trainer import Trainer, mean_across_ranks, micro_seeds
+from retromae_ir.training.trainer import Trainer, mean_across_ranks, micro_seeds
 
 
 class FinetuneTrainer(Trainer):

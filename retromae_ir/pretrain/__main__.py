@@ -16,12 +16,14 @@ import torch
 
 from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.pretrain import METHODS, get_method
-from retromae_ir.pretrain.arguments import DataArguments, MaskingArguments, ModelArguments, TrainingArguments
-from retromae_ir.pretrain.backbone import check_config, default_model
+from retromae_ir.pretrain.arguments import DataArguments, MaskingArguments, ModelArguments
+from retromae_ir.training.arguments import TrainingArguments
+from retromae_ir.packaged import default_model
+from retromae_ir.pretrain.backbone import check_config
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
 from retromae_ir.pretrain.data import check_maskable, load_segments
 from retromae_ir.io import command_errors
-from retromae_ir.pretrain.trainer import Trainer, exclusive_run, run_identity
+from retromae_ir.training.trainer import Trainer, exclusive_run, run_identity
 
 PROG = "python -m retromae_ir.pretrain"
 

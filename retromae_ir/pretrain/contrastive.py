@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from retromae_ir.pretrain.collate import Segment, pad_batch
+from retromae_ir.training.distributed import gather_with_grad
 
 
 @dataclass
@@ -30,17 +31,6 @@ class ContrastiveArguments:
     def __post_init__(self):
         if self.contrastive_weight < 0 or self.temperature <= 0:
             raise ValueError("--contrastive-weight must be >= 0 and --temperature > 0")
-
-
-def gather_with_grad(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """All processes' ``x`` concatenated (this process's slice keeps its gradient) and this slice's offset."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return x, 0
-    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, x.detach().contiguous())
-    rank = dist.get_rank()
-    parts[rank] = x
-    return torch.cat(parts), rank * x.shape[0]
 
 
 def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.io import OutputLockedError, claim_output, command_errors
-from retromae_ir.pretrain.backbone import default_model
+from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.data import CorpusError, iter_documents
 from retromae_ir.pretrain.keywords import CorpusStats, CorpusStatsError, count_corpus
 

@@ -17,7 +17,7 @@ COMMANDS = {"train": "train the cross-encoder on the stage-2 groups",
 
 def train(argv: list[str]):
     from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments
-    from retromae_ir.pretrain.trainer import exclusive_run, run_identity
+    from retromae_ir.training.trainer import exclusive_run, run_identity
     from retromae_ir.rerank.model import CrossEncoderArguments
 
     model_args, data, training = dataclass_parser([CrossEncoderArguments, DataArguments, FinetuneTrainingArguments],

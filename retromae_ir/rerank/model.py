@@ -16,6 +16,7 @@ import torch
 from retromae_ir.finetune.data import TrainExample, sample_group
 from retromae_ir.finetune.losses import listwise_loss
 from retromae_ir.io import atomic_write
+from retromae_ir.packaged import default_model
 
 METADATA_FILE = "retromae_ir.json"
 
@@ -26,12 +27,6 @@ class CrossEncoderArguments:
         "help": "Hugging Face encoder or a trained cross-encoder directory (default: the packaged all-MiniLM-L6-v2; "
                 "a new head is initialised, seeded)"})
     max_length: int = field(default=256, metadata={"help": "tokens of query + passage"})
-
-
-def default_model() -> str:
-    from retromae_ir.pretrain.backbone import default_model as packaged
-
-    return packaged()
 
 
 class PairCollator:

@@ -63,7 +63,7 @@ def pretrain(tiny_bert_dir, corpus, output):
 
 def test_master_in_one_command_reuses_then_recounts_a_changed_corpus(tmp_path, tiny_bert_dir, corpus, cache,
                                                                      caplog, monkeypatch):
-    monkeypatch.setattr("retromae_ir.pretrain.trainer.plot_loss_curves", lambda *a, **k: None)  # seconds a plot
+    monkeypatch.setattr("retromae_ir.training.trainer.plot_loss_curves", lambda *a, **k: None)  # seconds a plot
     caplog.set_level(logging.INFO, logger=LOGGER)
     meta = pretrain(tiny_bert_dir, corpus, tmp_path / "run1")  # no corpus_stats command before it
     [first] = stats_files(corpus.parent)

@@ -213,9 +213,9 @@ def test_malformed_side_texts_name_the_line(tmp_path, line):
 
 
 def test_master_resumes_exactly(tmp_path, tiny_bert_dir, stats_file, side_file, monkeypatch):
-    from retromae_ir.pretrain.arguments import TrainingArguments
+    from retromae_ir.training.arguments import TrainingArguments
     from retromae_ir.pretrain.data import load_segments
-    from retromae_ir.pretrain.trainer import Trainer
+    from retromae_ir.training.trainer import Trainer
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in TEXTS.items()))
@@ -226,7 +226,7 @@ def test_master_resumes_exactly(tmp_path, tiny_bert_dir, stats_file, side_file, 
                                  logging_steps=100, seed=5, device="cpu", resume=resume)
         return Trainer(model, model.make_examples(load_segments(corpus, model.tokenizer, 16)), args, {})
 
-    monkeypatch.setattr("retromae_ir.pretrain.trainer.plot_loss_curves", lambda *a, **k: None)  # ~6 s a plot here
+    monkeypatch.setattr("retromae_ir.training.trainer.plot_loss_curves", lambda *a, **k: None)  # ~6 s a plot here
     straight = trainer(tmp_path / "a")
     straight.train()
     interrupted = trainer(tmp_path / "b")

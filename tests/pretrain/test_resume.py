@@ -31,7 +31,7 @@ def rows(output):
 
 @pytest.fixture(autouse=True)
 def no_plots(monkeypatch):
-    monkeypatch.setattr("retromae_ir.pretrain.trainer.plot_loss_curves", lambda *a, **k: None)
+    monkeypatch.setattr("retromae_ir.training.trainer.plot_loss_curves", lambda *a, **k: None)
 
 
 def test_resume_with_another_corpus_is_refused_until_overwrite(tiny_bert_dir, corpora, tmp_path, capsys):

@@ -13,9 +13,10 @@ import torch
 
 from retromae_ir.pretrain import get_method
 from retromae_ir.pretrain.__main__ import main
-from retromae_ir.pretrain.arguments import MaskingArguments, TrainingArguments
+from retromae_ir.pretrain.arguments import MaskingArguments
+from retromae_ir.training.arguments import TrainingArguments
 from retromae_ir.pretrain.data import load_segments
-from retromae_ir.pretrain.trainer import Trainer
+from retromae_ir.training.trainer import Trainer
 
 from pretrain_helpers import refused, write_corpus
 

@@ -1,4 +1,4 @@
-"""The pre-training loop: gradient accumulation, bf16 autocast, torchrun data parallelism, checkpoints and
+"""The training loop of both stages (pre-training and fine-tuning): gradient accumulation, bf16 autocast, torchrun data parallelism, checkpoints and
 exact resume.
 
 Determinism is by construction: the data order of an epoch and every random draw of a micro-batch (the
@@ -41,8 +41,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from retromae_ir.io import atomic_dir, atomic_write, file_digest, output_lock, remove_stale_temporaries
-from retromae_ir.pretrain.arguments import TrainingArguments
-from retromae_ir.pretrain.base import PretrainModel
+from retromae_ir.training.arguments import TrainingArguments
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +226,13 @@ def micro_seeds(seed: int, micro: int, rank: int) -> tuple[int, int]:
 
 
 class Trainer:
-    """Runs one pre-training job; see the module docstring for what it writes."""
+    """Runs one training job; see the module docstring for what it writes. ``model`` is the stage's ``nn.Module``
+    with a ``name``, ``make_collator()``, ``forward``/``loss`` on a collated batch and ``save(directory, metadata)``:
+    ``retromae_ir.pretrain.base.PretrainModel`` and ``retromae_ir.finetune.model.BiEncoder``."""
 
     job = "pre-training"  # the progress bar's and the loss curve's label (subclasses train other things)
 
-    def __init__(self, model: PretrainModel, examples: Sequence[Any], args: TrainingArguments, metadata: dict,
+    def __init__(self, model: torch.nn.Module, examples: Sequence[Any], args: TrainingArguments, metadata: dict,
                  identity: dict | None = None):
         """``identity``: the command's ``run_identity`` of all its arguments (default: of ``args`` alone)."""
         self.args = args

@@ -1,0 +1,131 @@
+"""kill -9 in the middle of a long job, then the same command again (with ``--resume`` for training), gives what an
+uninterrupted run gives: the same index (ids and vectors), the same final weights. Real processes, real SIGKILL,
+tiny random models; the kill lands once the job has written its first chunk or checkpoint."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+WORDS = "cell gene protein virus enzyme tissue neuron lipid dose trial cohort signal".split()
+
+
+def python_m(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def run(argv: list[str]) -> None:
+    done = subprocess.run(argv, env=ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def killed_once(argv: list[str], started, timeout: float = 120.0) -> None:
+    """Start ``argv``, SIGKILL it as soon as ``started()`` is true; fails if the job ends before that."""
+    process = subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while not started():
+        if process.poll() is not None:
+            pytest.fail(f"the job ended (exit {process.returncode}) before it could be killed: "
+                        f"{process.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("timed out waiting for the job's first chunk or checkpoint")
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the job finished before the kill landed"
+
+
+def write_corpus(path: Path, docs: int) -> Path:
+    with open(path, "w") as handle:
+        for i in range(docs):
+            text = " ".join(WORDS[(i * 5 + j * 7) % len(WORDS)] for j in range(6 + i % 9))
+            handle.write(json.dumps({"_id": f"d{i}", "title": f"t{i}", "text": text}) + "\n")
+    return path
+
+
+def test_encode_killed_after_its_first_chunk_then_rerun_equals_an_uninterrupted_encode(tiny_bert_dir, tmp_path):
+    card = tmp_path / "tiny-dense.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\nmax_passage_length: 32\n")
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 3000)
+
+    def encode(output: Path) -> list[str]:
+        return python_m("retromae_ir.encode", "corpus", "--encoder", str(card), "--corpus", str(corpus),
+                        "--output", str(output), "--device", "cpu", "--dtype", "fp32", "--chunk-size", "100",
+                        "--batch-size", "50")
+
+    run(encode(tmp_path / "straight"))
+    interrupted = tmp_path / "interrupted"
+    killed_once(encode(interrupted), lambda: any(interrupted.rglob("chunk-*.npz")))
+    assert not (interrupted / "manifest.json").exists()  # nothing that looks like a finished index
+    run(encode(interrupted))
+
+    def index(root: Path) -> tuple[list[str], np.ndarray]:
+        dense = faiss.read_index(str(root / "dense" / "index"))
+        ids = (root / "dense" / "docid").read_text().split()
+        return ids, dense.reconstruct_n(0, dense.ntotal)
+
+    (ids_a, vectors_a), (ids_b, vectors_b) = index(tmp_path / "straight"), index(interrupted)
+    assert ids_a == ids_b and len(ids_a) == 3000
+    np.testing.assert_array_equal(vectors_a, vectors_b)
+
+
+def final_weights(output: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(output / "model.safetensors"))
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    first, second = final_weights(a), final_weights(b)
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_pretraining_killed_after_a_checkpoint_then_resumed_gives_the_uninterrupted_weights(tiny_bert_dir, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 200)
+
+    def pretrain(output: Path, *extra: str) -> list[str]:
+        return python_m("retromae_ir.pretrain", "--method", "dupmae", "--model", str(tiny_bert_dir), "--corpus",
+                        str(corpus), "--output", str(output), "--max-length", "32", "--batch-size", "4",
+                        "--max-steps", "40", "--save-steps", "2", "--seed", "3", "--device", "cpu", *extra)
+
+    run(pretrain(tmp_path / "straight"))
+    interrupted = tmp_path / "interrupted"
+    killed_once(pretrain(interrupted), lambda: (interrupted / "checkpoints" / "step-2").is_dir())
+    assert not (interrupted / "model.safetensors").exists()
+    run(pretrain(interrupted, "--resume"))
+    assert_same_weights(tmp_path / "straight", interrupted)
+
+
+def test_finetuning_killed_after_a_checkpoint_then_resumed_gives_the_uninterrupted_weights(tiny_bert_dir, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 120)
+    (tmp_path / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": f"q{i}", "text": " ".join(WORDS[(i + j) % len(WORDS)] for j in range(4))}) + "\n"
+        for i in range(120)))
+    (tmp_path / "qrels.tsv").write_text("".join(f"q{i}\td{i}\t1\n" for i in range(120)))
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: dupmae\ndims: 32\nk: 20\nquery_k: 10\n"
+                    "max_query_length: 16\nmax_passage_length: 32\n")
+
+    def finetune(output: Path, *extra: str) -> list[str]:
+        return python_m("retromae_ir.finetune", "--stage", "1", "--encoder", str(card), "--queries",
+                        str(tmp_path / "queries.jsonl"), "--qrels", str(tmp_path / "qrels.tsv"), "--corpus",
+                        str(corpus), "--group-size", "1", "--batch-size", "4", "--max-steps", "30",
+                        "--save-steps", "2", "--seed", "3", "--device", "cpu", "--output", str(output), *extra)
+
+    run(finetune(tmp_path / "straight"))
+    interrupted = tmp_path / "interrupted"
+    killed_once(finetune(interrupted), lambda: (interrupted / "checkpoints" / "step-2").is_dir())
+    assert not (interrupted / "card.yaml").exists()
+    run(finetune(interrupted, "--resume"))
+    assert_same_weights(tmp_path / "straight", interrupted)
