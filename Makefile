@@ -13,6 +13,7 @@ SHARED_DATA := $(abspath ../shared/data)
 ifneq ($(wildcard $(SHARED_DATA)/beir),)
 export RETROMAE_IR_DATA ?= $(SHARED_DATA)/beir
 export RETROMAE_IR_TOPICS ?= $(SHARED_DATA)/topics-and-qrels
+export RETROMAE_IR_STS ?= $(SHARED_DATA)/sts
 endif
 
 .PHONY: setup test bm25 chain clean-venv

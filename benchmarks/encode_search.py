@@ -212,7 +212,7 @@ def index_sizes(index: Path) -> dict:
     n = manifest["documents"]
     sizes = {"documents": n, "dense_flat_384": du(index / "dense" / "index"),
              "sparse_lucene_impact_index": du(index / "sparse" / "index"),
-             "sparse_float_vectors_npz": du(index / "sparse" / "vectors.npz"),
+             "sparse_ot_store_fp16": du(index / "sparse" / "ot"),
              "sparse_collection_jsonl": du(index / "sparse" / "collection"),
              "flat_768_equivalent": n * 768 * 4}
     sizes["dupmae_index_total_dense_plus_lucene"] = sizes["dense_flat_384"] + sizes["sparse_lucene_impact_index"]
