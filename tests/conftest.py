@@ -15,6 +15,22 @@ torch.set_num_threads(1)
 SHARED_DATA = Path(os.environ.get("RETROMAE_IR_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+@pytest.fixture(autouse=True)
+def restore_root_logger():
+    """A command run in-process (``main(argv)``) adds handlers to the root logger, one on the stream pytest captured
+    for that test; left there, the next test's log lines hit a closed stream ("Logging error" + a traceback on
+    stderr, which the error-convention tests rightly reject). Every test gets the root logger back as it found it."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
