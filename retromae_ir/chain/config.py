@@ -44,6 +44,8 @@ class ChainConfig:
     warmup_ratio: float = 0.1
     dev_queries: int = 100  # training queries held out (seeded) to choose settings on; never the test split
     sparse_weight: float = 0.0  # Eq. 12's OT weight; 0: chosen on the dev split with the starting checkpoint
+    sparse_loss_weight: float = 0.0  # > 0: every fine-tuning stage adds a contrastive term on the raw OT dot
+    sparse_temperature: float = 1.0  # that term's temperature
     pretrain: bool = False  # True: DupMAE pre-training on the corpus first
 
     def replace(self, assignments: list[str]) -> "ChainConfig":

@@ -173,11 +173,14 @@ class Chain:
         out = self.output / name
         c, distill = self.config, stage == "distill"
         calibrate = ["--calibrate-teacher"] if distill and c.calibrate_teacher else []
+        sparse = (["--sparse-loss-weight", str(c.sparse_loss_weight), "--sparse-temperature",
+                   str(c.sparse_temperature)] if c.sparse_loss_weight > 0 else [])
         data = data if isinstance(data, list) else ["--train", str(data)]
         self.timed(name, out / "card.yaml", lambda: command(
             "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), *data,
             "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(c.batch),
-            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *self.flags(out, c.steps, c.epochs),
+            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *sparse,
+            *self.flags(out, c.steps, c.epochs),
             log_file=self.log_file))
         return out / "card.yaml"
 

@@ -62,6 +62,11 @@ class LossArguments:
     teacher_temperature: float = field(default=1.0, metadata={"help": "distill: teacher softmax temperature"})
     hard_label_weight: float = field(default=0.0, metadata={
         "help": "distill: weight of an added Eq. 14 contrastive term on the hard labels (0: pure Eq. 15)"})
+    sparse_loss_weight: float = field(default=0.0, metadata={
+        "help": "DupMAE cards: weight of an added contrastive term on the OT side's own scores (raw OT dot, the "
+                "card's sparse_weight taken out), so the sparse side trains even when Eq. 12 weights it lightly"})
+    sparse_temperature: float = field(default=1.0, metadata={
+        "help": "temperature of that term on the raw OT dot (1: SPLADE's raw-dot softmax)"})
     calibrate_teacher: bool = field(default=False, metadata={
         "help": "distill: set --teacher-temperature to the teacher's median group score spread over the start "
                 "model's, so the soft labels ask for the teacher's ranking at the student's own score scale "
@@ -71,8 +76,8 @@ class LossArguments:
         if self.stage not in STAGES:
             raise ValueError(f"--stage must be one of {STAGES}, got {self.stage!r}")
         if (self.temperature is not None and self.temperature <= 0) or self.teacher_temperature <= 0 \
-                or self.hard_label_weight < 0:
-            raise ValueError("temperatures must be > 0 and --hard-label-weight >= 0")
+                or self.hard_label_weight < 0 or self.sparse_temperature <= 0 or self.sparse_loss_weight < 0:
+            raise ValueError("temperatures must be > 0, --hard-label-weight and --sparse-loss-weight >= 0")
 
     @property
     def distill(self) -> bool:

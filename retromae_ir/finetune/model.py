@@ -75,6 +75,10 @@ class BiEncoder(torch.nn.Module):
         self.data = data
         if loss.temperature is None:
             loss = dataclasses.replace(loss, temperature=default_temperature(encoder.card))
+        if loss.sparse_loss_weight > 0 and not (encoder.card.sparse and encoder.card.sparse_weight > 0):
+            raise ValueError(f"--sparse-loss-weight needs a card with an OT side (DupMAE) and a positive "
+                             f"sparse_weight; card {encoder.card.name!r} is kind {encoder.card.kind!r}, "
+                             f"sparse_weight {encoder.card.sparse_weight}")
         self.loss_args = loss
         self.name = f"{encoder.card.kind} stage {loss.stage}"
 
@@ -107,16 +111,28 @@ class BiEncoder(torch.nn.Module):
         return score(every["query_dense"], every["passage_dense"], every.get("query_sparse"),
                      every.get("passage_sparse"))
 
+    def sparse_scores(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The raw OT dot between every (gathered) query and passage: the OT part of Eq. 12 divided by the card's
+        ``sparse_weight`` (folded into the vectors as sqrt(lambda) on each side)."""
+        query, passage = (gather_with_grad(outputs[key])[0].float() for key in ("query_sparse", "passage_sparse"))
+        return score(None, None, query, passage) / self.card.sparse_weight
+
     def loss(self, outputs: dict[str, torch.Tensor], batch: dict) -> dict[str, torch.Tensor]:
+        """The stage's objective; its parts are logged beside ``loss`` when there is more than one."""
         args = self.loss_args
         scores = self.scores(outputs)
         group = scores.shape[1] // scores.shape[0]
-        ce = contrastive_loss(scores, group, args.temperature)
-        if not args.distill:
-            return {"loss": ce}
-        teacher = gather_with_grad(batch["teacher"])[0]
-        kl = distillation_loss(scores, teacher, group, args.temperature, args.teacher_temperature)
-        return {"loss": kl + args.hard_label_weight * ce, "kl": kl.detach(), "ce": ce.detach()}
+        parts = {"ce": contrastive_loss(scores, group, args.temperature)}
+        total = parts["ce"]
+        if args.distill:
+            teacher = gather_with_grad(batch["teacher"])[0]
+            parts["kl"] = distillation_loss(scores, teacher, group, args.temperature, args.teacher_temperature)
+            total = parts["kl"] + args.hard_label_weight * parts["ce"]
+        if args.sparse_loss_weight > 0:
+            parts["ce_sparse"] = contrastive_loss(self.sparse_scores(outputs), group, args.sparse_temperature)
+            total = total + args.sparse_loss_weight * parts["ce_sparse"]
+        logged = {key: value.detach() for key, value in parts.items()} if len(parts) > 1 else {}
+        return {"loss": total, **logged}
 
     def after_save(self, directory: Path) -> None:
         write_card(directory, self.card, f"{self.name} fine-tuning of {self.card.checkpoint} on "

@@ -59,3 +59,25 @@ def test_an_explicit_temperature_wins(tiny_bert_dir):
     model = BiEncoder(load_encoder(card, seed=0), DataArguments(train="x.jsonl", group_size=3),
                       LossArguments(stage="2", temperature=0.5))
     assert model.loss_args.temperature == 0.5
+
+
+def test_sparse_loss_term_adds_a_contrastive_loss_on_the_raw_ot_dot(tiny_bert_dir):
+    card = dataclasses.replace(tiny_card(tiny_bert_dir), sparse_weight=0.04)
+    model = BiEncoder(load_encoder(card, seed=0), DataArguments(train="x.jsonl", group_size=3),
+                      LossArguments(stage="2", temperature=0.5, sparse_loss_weight=0.3,
+                                    sparse_temperature=2.0)).eval()
+    batch = model.make_collator()(EXAMPLES, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        outputs = model(batch)
+        losses = model.loss(outputs, batch)
+    raw_ot = outputs["query_sparse"] @ outputs["passage_sparse"].T / 0.04  # lambda taken out of the folded vectors
+    expected_sparse = contrastive_loss(raw_ot, 3, 2.0)
+    torch.testing.assert_close(losses["ce_sparse"], expected_sparse)
+    torch.testing.assert_close(losses["ce"], contrastive_loss(model.scores(outputs), 3, 0.5))
+    torch.testing.assert_close(losses["loss"], losses["ce"] + 0.3 * expected_sparse)
+
+
+def test_sparse_loss_term_needs_an_ot_side(tiny_bert_dir):
+    with pytest.raises(ValueError, match="sparse-loss-weight needs a card with an OT side"):
+        BiEncoder(load_encoder(tiny_card(tiny_bert_dir, kind="retromae"), seed=0),
+                  DataArguments(train="x.jsonl", group_size=3), LossArguments(stage="1", sparse_loss_weight=1.0))
