@@ -19,6 +19,9 @@ activated logits; pooling first keeps memory at [B, V] instead of [B, L, V] afte
 """
 from __future__ import annotations
 
+import functools
+import warnings
+
 import torch
 
 ACTIVATIONS = {
@@ -58,18 +61,84 @@ def ordinary_token_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return attention_mask.bool() & ~torch.isin(input_ids, special_ids)
 
 
-def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, chunk: int = 16) -> torch.Tensor:
-    """Eq. 6-7 before the activation: max over ordinary positions of ``lm_head(hidden)``, [B, V].
-
-    Rows are processed ``chunk`` at a time so the [chunk, L, V] logits are the only large tensor.
-    A text without ordinary tokens pools to -inf, which every activation maps to 0.
-    """
+def max_pool_logits_naive(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, chunk: int = 16) -> torch.Tensor:
+    """The reference for :func:`max_pool_logits`: ``lm_head`` over every position of ``chunk`` texts at a time
+    ([chunk, L, V] logits, padding and special tokens included), masked, max over positions. Kept for the tests
+    and ``benchmarks/ot_maxpool.py``."""
     rows = []
     for start in range(0, hidden.shape[0], chunk):
         logits = lm_head(hidden[start:start + chunk])
         mask = token_mask[start:start + chunk].unsqueeze(-1)
         rows.append(logits.masked_fill(~mask, float("-inf")).amax(dim=1))
     return torch.cat(rows)
+
+
+def split_lm_head(lm_head) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
+    """(transform, decoder) of BERT's MLM head (``BertOnlyMLMHead`` or its ``BertLMPredictionHead``), whose
+    forward is ``decoder(transform(h))``; None for any other head, or when the decoder is no plain ``nn.Linear``
+    (int8 dynamic quantisation replaces it), which :func:`max_pool_logits` then runs whole on row tiles."""
+    from transformers.models.bert.modeling_bert import BertLMPredictionHead
+
+    head = getattr(lm_head, "predictions", lm_head)
+    if isinstance(head, BertLMPredictionHead) and type(head.decoder) is torch.nn.Linear:
+        return head.transform, head.decoder
+    return None
+
+
+def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, rows: int = 1024,
+                    vocab_tile: int = 4096) -> torch.Tensor:
+    """Eq. 6-7 before the activation: max over ordinary positions of ``lm_head(hidden)``, [B, V].
+
+    The positions where ``token_mask`` is True are packed into one [N, H] matrix, so padding and special tokens
+    cost nothing. BERT's head (:func:`split_lm_head`) runs its transform (dense, activation, LayerNorm) once on
+    the packed rows, and its decoder (the tied word embeddings, plus bias) on tiles of ``rows`` packed rows by
+    ``vocab_tile`` vocabulary entries, so [rows, vocab_tile] is the largest logits tensor; each tile is reduced
+    into its documents' rows with ``index_reduce_(..., "amax")`` (a running max per document). Another head, or
+    an int8-quantised decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way.
+
+    Equal to :func:`max_pool_logits_naive` up to the matmuls' summation order (tests/encode/test_ot_maxpool.py
+    checks values and gradients), except under int8: dynamic quantisation scales the activations per input tensor,
+    and the packed rows (ordinary tokens only) are not the padded ones, so int8 logits move within int8's own
+    noise. Autograd runs through it (index_reduce's amax has a backward, ties share the gradient as ``amax``'s
+    do; with grad the running max is updated out of place), so fine-tuning calls the same code as encoding.
+    A text without ordinary tokens pools to -inf, which every activation maps to 0.
+    """
+    if rows < 1 or vocab_tile < 1:
+        raise ValueError(f"rows and vocab_tile must be positive, got {rows} and {vocab_tile}")
+    batch = hidden.shape[0]
+    packed = hidden[token_mask.bool()]  # [N, H], documents in order
+    owner = torch.repeat_interleave(torch.arange(batch, device=hidden.device), token_mask.sum(1))  # row -> document
+    with warnings.catch_warnings():  # index_reduce_ warns (once a process) that its API is in beta
+        warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta")
+        parts = split_lm_head(lm_head)
+        if parts is None:
+            decoder = getattr(getattr(lm_head, "predictions", lm_head), "decoder", None)
+            vocab = getattr(decoder, "out_features", None)
+            tile_rows = max(1, rows * vocab_tile // vocab) if vocab else rows
+            return _running_max(lm_head, packed.split(tile_rows), owner.split(tile_rows), batch)
+        transform, decoder = parts
+        # split, not sliced in a loop: each slice's backward would write a zero tensor of the whole input
+        row_tiles, owner_tiles = transform(packed).split(rows), owner.split(rows)
+        weights = decoder.weight.split(vocab_tile)
+        biases = [None] * len(weights) if decoder.bias is None else decoder.bias.split(vocab_tile)
+        columns = [_running_max(functools.partial(torch.nn.functional.linear, weight=w, bias=b), row_tiles,
+                                owner_tiles, batch) for w, b in zip(weights, biases)]
+    return torch.cat(columns, dim=1)
+
+
+def _running_max(logits_of, row_tiles, owner_tiles, batch: int) -> torch.Tensor:
+    """[batch, V'] max per document of ``logits_of(tile)`` over the row tiles; -inf where a document owns no row.
+    There is always a tile (splitting no rows gives one empty tile), and the first fixes V' and the dtype."""
+    out = None
+    for tile, owner in zip(row_tiles, owner_tiles):
+        logits = logits_of(tile)
+        if out is None:
+            out = torch.full((batch, logits.shape[1]), float("-inf"), dtype=logits.dtype, device=logits.device)
+        if logits.requires_grad:  # backward needs each step's result: no in-place update then
+            out = out.index_reduce(0, owner, logits, "amax")
+        else:
+            out.index_reduce_(0, owner, logits, "amax")
+    return out
 
 
 def sparse_representation(pooled_logits: torch.Tensor, activation_name: str, weight: float = 1.0) -> torch.Tensor:

@@ -1,0 +1,120 @@
+"""The packed, vocabulary-tiled OT max-pool (#12 item 2) against the naive [chunk, L, V] computation it replaces:
+same values, same gradients, on a tiny random BERT MLM with padded batches and a text of special tokens only."""
+import pytest
+import torch
+
+from retromae_ir.encode.representation import (activation, max_pool_logits, max_pool_logits_naive,
+                                               ordinary_token_mask, split_lm_head)
+
+# different lengths (padding), "" is [CLS] [SEP] only: no ordinary token
+TEXTS = ["the cat sat on the mat", "", "protein folding in yeast cells under heat stress and cold shock", "a b"]
+
+
+@pytest.fixture(scope="module")
+def mlm(tiny_bert_dir):
+    """The tiny BertForMaskedLM with a non-trivial head: random LayerNorm affine and decoder bias (zeros and ones
+    as saved would hide a bias or LayerNorm the tiled path forgot)."""
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir).eval()
+    torch.manual_seed(5)
+    with torch.no_grad():
+        head = model.cls.predictions
+        head.transform.LayerNorm.weight.normal_(1.0, 0.3)
+        head.transform.LayerNorm.bias.normal_(0.0, 0.3)
+        head.decoder.bias.normal_(0.0, 0.5)
+    return model
+
+
+@pytest.fixture(scope="module")
+def batch(mlm, tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    inputs = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+    mask = ordinary_token_mask(inputs["input_ids"], inputs["attention_mask"], special)
+    assert not mask[1].any() and mask.sum(1).unique().numel() == len(TEXTS)  # an empty text, all lengths differ
+    with torch.no_grad():
+        hidden = mlm.base_model(**inputs).last_hidden_state
+    return hidden, mask
+
+
+@pytest.mark.parametrize("rows, vocab_tile", [(1024, 4096), (7, 1000), (1, 30522), (5, 100000)])
+def test_equals_the_naive_max_pool(mlm, batch, rows, vocab_tile):
+    """1000 does not divide V = 30522; 7 rows cut documents across row tiles; 1 row is one token a tile."""
+    hidden, mask = batch
+    assert split_lm_head(mlm.cls) is not None  # the tiled path, not the whole-head fallback
+    with torch.no_grad():
+        reference = max_pool_logits_naive(mlm.cls, hidden, mask)
+        pooled = max_pool_logits(mlm.cls, hidden, mask, rows=rows, vocab_tile=vocab_tile)
+    assert pooled.shape == reference.shape == (len(TEXTS), mlm.config.vocab_size)
+    assert torch.isneginf(pooled[1]).all() and torch.isfinite(pooled[[0, 2, 3]]).all()
+    torch.testing.assert_close(pooled, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_a_batch_without_any_ordinary_token_pools_to_minus_infinity(mlm, batch):
+    hidden, mask = batch
+    pooled = max_pool_logits(mlm.cls, hidden, torch.zeros_like(mask))
+    assert pooled.shape == (len(TEXTS), mlm.config.vocab_size) and torch.isneginf(pooled).all()
+    assert (activation("log1p_relu")(pooled) == 0).all()
+
+
+def test_gradients_equal_the_naive_ones(mlm, batch):
+    """Fine-tuning backpropagates through the same function: gradients to the hidden states and to every head
+    parameter (the decoder weight is the tied word embedding) match the naive computation's."""
+    hidden, mask = batch
+    torch.manual_seed(3)
+    upstream = torch.randn(len(TEXTS), mlm.config.vocab_size)
+    params = [p for p in mlm.cls.parameters() if p.requires_grad]
+    grads = []
+    for pool in (max_pool_logits_naive, lambda *a: max_pool_logits(*a, rows=7, vocab_tile=1000)):
+        leaf = hidden.clone().requires_grad_(True)
+        loss = (activation("log1p_relu")(pool(mlm.cls, leaf, mask)) * upstream).sum()
+        grads.append(torch.autograd.grad(loss, [leaf, *params]))
+    assert grads[0][0][1].abs().sum() == 0  # the text without ordinary tokens gets no gradient
+    assert grads[1][0].abs().sum() > 0
+    for new, old in zip(*grads[::-1]):  # float32 summation order: tolerance relative to the gradient's scale
+        torch.testing.assert_close(new, old, atol=1e-5 * max(1.0, old.abs().max().item()), rtol=1e-4)
+
+
+def test_int8_and_other_heads_take_the_whole_head_path(mlm, batch):
+    """An int8-quantised decoder (no plain nn.Linear) and a head that is not BERT's run whole on packed rows.
+    Dynamic int8 scales activations per input tensor, and packed rows are not padded ones: close, not equal."""
+    import copy
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    hidden, mask = batch
+    with torch.no_grad():
+        with warnings.catch_warnings():  # torch marks eager-mode quantisation deprecated
+            warnings.simplefilter("ignore")
+            quantized = quantize_dynamic(copy.deepcopy(mlm.cls), {torch.nn.Linear}, dtype=torch.qint8)
+        assert split_lm_head(quantized) is None
+        pooled = max_pool_logits(quantized, hidden, mask, rows=3, vocab_tile=4096)
+        reference = max_pool_logits_naive(quantized, hidden, mask)
+        assert torch.isneginf(pooled[1]).all() and torch.isneginf(reference[1]).all()
+        finite = pooled[[0, 2, 3]]
+        assert (finite - reference[[0, 2, 3]]).abs().max() < 0.05 * finite.abs().max()
+        other = torch.nn.Sequential(torch.nn.Linear(hidden.shape[-1], 50), torch.nn.Tanh())
+        assert split_lm_head(other) is None
+        pooled = max_pool_logits(other, hidden, mask, rows=2)
+        torch.testing.assert_close(pooled, max_pool_logits_naive(other, hidden, mask), atol=1e-6, rtol=1e-6)
+        assert torch.isneginf(pooled[1]).all()
+
+
+def test_bf16_autocast_keeps_the_dtype_and_stays_close(mlm, batch):
+    hidden, mask = batch
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = max_pool_logits_naive(mlm.cls, hidden, mask)
+        pooled = max_pool_logits(mlm.cls, hidden, mask, rows=7, vocab_tile=1000)
+    assert pooled.dtype == reference.dtype == torch.bfloat16
+    assert torch.isneginf(pooled[1]).all()
+    torch.testing.assert_close(pooled.float(), reference.float(), atol=0.05, rtol=0.02)
+
+
+def test_bad_tile_sizes_are_refused(mlm, batch):
+    hidden, mask = batch
+    with pytest.raises(ValueError, match="positive"):
+        max_pool_logits(mlm.cls, hidden, mask, vocab_tile=0)
