@@ -4,10 +4,14 @@ Both sides run in one invocation, same backbone (the packaged all-MiniLM-L6-v2),
 
 1. the machine's matmul ceiling (fp32, bf16), measured here;
 2. encode throughput on the first ``--encode-docs`` documents: the loop of ``python -m pyserini.encode``
-   (AutoDocumentEncoder, CLS, batches of 64 in corpus order) vs our EncoderModel with the dense-only card and with
+   (AutoDocumentEncoder, CLS, batches of 64 in corpus order) and the same loop with Pyserini's
+   SpladeDocumentEncoder over the same checkpoint and MLM head (the sparse pass a user would add: dense + SPLADE
+   is Pyserini's two-pass answer to DupMAE's one pass) vs our EncoderModel with the dense-only card and with
    the DupMAE card (what ``python -m retromae_ir.encode corpus`` runs), each in fp32 and int8
-   (``--dtype int8``), interleaved in one process, best of ``--rounds``; also as a fraction of the fp32
-   ceiling (FLOPs from the real token counts);
+   (``--dtype int8``), and the DupMAE card with the naive OT max-pool it had before #12; interleaved in one
+   process, best of ``--rounds``, max length 256, batches of 64; also as a fraction of the fp32 ceiling (FLOPs
+   from the real token counts: SPLADE's head over every token, ours over the ordinary tokens only, which is all
+   it computes);
 3. bf16 and int8 vs fp32 on the same documents: cosine of the dense vectors, overlap of the sparse top-k;
 4. search on an index of ``--index`` (a ``retromae_ir.encode corpus`` output): queries/s of our exact hybrid,
    Pyserini's HybridSearcher (faiss + impact, pre-encoded queries) and faiss alone; how often each hybrid's
@@ -47,13 +51,47 @@ def matmul_ceiling(threads: int, size: int = 1024, seconds: float = 0.5) -> dict
     return out
 
 
-def model_flops_per_doc(config, tokens: np.ndarray, lm_head: bool) -> np.ndarray:
-    """Forward FLOPs of a BERT encoder (and its MLM head) for documents of ``tokens`` tokens."""
+def model_flops_per_doc(config, tokens: np.ndarray, lm_head: bool, head_tokens: np.ndarray | None = None) -> np.ndarray:
+    """Forward FLOPs of a BERT encoder for documents of ``tokens`` tokens, plus its MLM head over ``head_tokens``
+    of them (all ``tokens`` when None; ours runs it on the ordinary tokens only) when ``lm_head``."""
     d, f, layers, vocab = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
     per_token = 2 * layers * (4 * d * d + 2 * d * f)
     attention = 2 * layers * 2 * tokens * d  # QK^T and AV, per token
-    head = 2 * (d * d + d * vocab) if lm_head else 0
-    return tokens * (per_token + head) + tokens * attention
+    head = 2 * (d * d + d * vocab) * (tokens if head_tokens is None else head_tokens) if lm_head else 0
+    return tokens * per_token + head + tokens * attention
+
+
+def splade_checkpoint(encoder, work: Path) -> Path:
+    """Our DupMAE encoder's checkpoint (its backbone and the MLM head it runs: MiniLM's identity head) as a folder
+    Pyserini's SpladeDocumentEncoder loads: ``AutoModelForMaskedLM.from_pretrained(use_safetensors=False)``
+    reads ``pytorch_model.bin``, which transformers 5 no longer writes, so the state dict is saved by hand."""
+    folder = work / "splade-checkpoint"
+    if not (folder / "pytorch_model.bin").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        encoder.mlm.config.save_pretrained(folder)
+        encoder.tokenizer.save_pretrained(folder)
+        torch.save(encoder.mlm.state_dict(), folder / "pytorch_model.bin.tmp")
+        (folder / "pytorch_model.bin.tmp").replace(folder / "pytorch_model.bin")
+    return folder
+
+
+class Stopwatch:
+    """Seconds spent in the wrapped methods since the last ``reset``."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def reset(self):
+        self.seconds = 0.0
+
+    def wrap(self, method):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+        return timed
 
 
 def write_corpora(source: Path, work: Path, n: int) -> tuple[Path, Path, list[str]]:
@@ -74,10 +112,26 @@ def write_corpora(source: Path, work: Path, n: int) -> tuple[Path, Path, list[st
     return folder / "corpus.jsonl", folder / "pyserini.jsonl", [d.contents for d in docs]
 
 
+PYSERINI_DENSE = "pyserini.encode AutoDocumentEncoder (CLS, dense)"
+PYSERINI_SPLADE = "pyserini.encode SpladeDocumentEncoder (sparse)"
+OURS_DENSE = "retromae_ir minilm-cls (dense)"
+OURS_DUPMAE = "retromae_ir dupmae-minilm (dense + sparse)"
+OURS_DENSE_INT8 = "retromae_ir minilm-cls int8 (dense)"
+OURS_DUPMAE_INT8 = "retromae_ir dupmae-minilm int8 (dense + sparse)"
+OURS_DUPMAE_NAIVE = "retromae_ir dupmae-minilm (dense + sparse), naive OT max-pool"
+
+
 def encode_benchmark(args) -> dict:
-    """Documents/s of the three encoders, interleaved in one process, best of ``--rounds`` (the machine is shared);
-    the matmul ceiling is re-measured before every round and its best is the reference."""
-    from pyserini.encode import AutoDocumentEncoder
+    """Documents/s of the encoders, interleaved in one process, best of ``--rounds`` (the machine is shared); the
+    matmul ceiling is re-measured before every round and its best is the reference.
+
+    Pyserini's SPLADE encoder runs exactly as ``python -m pyserini.encode ... --encoder-class splade`` calls it
+    (batches of 64, max length 256, autograd on as there: several [64, 256, 30522] fp32 tensors, 2 GB each, live
+    at once), over a copy of the DupMAE card's checkpoint and head
+    (:func:`splade_checkpoint`). Its output is a Python dict per document of every non-zero weight: with the
+    untrained identity head most of the 30522 are non-zero, so that conversion is timed apart and a second row
+    gives SPLADE without it (model, activation and max-pool only), the conservative anchor."""
+    from pyserini.encode import AutoDocumentEncoder, SpladeDocumentEncoder
     from transformers import AutoConfig
 
     from retromae_ir.encode import EncoderModel
@@ -88,37 +142,90 @@ def encode_benchmark(args) -> dict:
     texts = write_corpora(args.corpus, args.work, args.encode_docs)[2]
     pyserini = AutoDocumentEncoder(minilm, device="cpu", pooling="cls")
     ours = {name: EncoderModel.from_card(name, device="cpu", bf16=False) for name in ("minilm-cls", "dupmae-minilm")}
+    splade = SpladeDocumentEncoder(str(splade_checkpoint(ours["dupmae-minilm"], args.work)), device="cpu")
+    check = ours["minilm-cls"].tokenizer(texts[:1], truncation=True, max_length=256, return_tensors="pt")
+    with torch.no_grad():  # the same checkpoint and head: SPLADE's logits are the ones our OT side pools
+        torch.testing.assert_close(splade.model(**check).logits, ours["dupmae-minilm"].mlm(**check).logits)
     int8 = {name: EncoderModel.from_card(name, device="cpu", bf16=False).quantize_int8() for name in ours}
+    dict_output = Stopwatch()  # Pyserini's conversion of the pooled [B, V] array to token -> weight dicts
+    splade._output_to_weight_dicts = dict_output.wrap(splade._output_to_weight_dicts)
+    splade._get_encoded_query_token_wight_dicts = dict_output.wrap(splade._get_encoded_query_token_wight_dicts)
 
-    def pyserini_encode():  # the loop of `python -m pyserini.encode`: batches of 64 in corpus order
-        for start in range(0, len(texts), 64):
-            pyserini.encode(texts=texts[start:start + 64], max_length=256)
+    def naive_max_pool():  # the OT max-pool before #12 item 2: the head over every position, [16, L, V] at a time
+        from unittest import mock
 
-    systems = {"pyserini.encode AutoDocumentEncoder (CLS, dense)": (pyserini_encode, False),
-               "retromae_ir minilm-cls (dense)": (lambda: ours["minilm-cls"].encode_passage(texts, 64), False),
-               "retromae_ir dupmae-minilm (dense + sparse)": (lambda: ours["dupmae-minilm"].encode_passage(texts, 64),
-                                                              True),
-               "retromae_ir minilm-cls int8 (dense)": (lambda: int8["minilm-cls"].encode_passage(texts, 64), False),
-               "retromae_ir dupmae-minilm int8 (dense + sparse)": (
-                   lambda: int8["dupmae-minilm"].encode_passage(texts, 64), True)}
-    best = {name: float("inf") for name in systems}
+        from retromae_ir.encode.representation import max_pool_logits_naive
+
+        with mock.patch("retromae_ir.encode.dupmae.max_pool_logits", max_pool_logits_naive):
+            ours["dupmae-minilm"].encode_passage(texts, 64)
+
+    def pyserini_loop(encoder):  # the loop of `python -m pyserini.encode`: batches of 64 in corpus order
+        def run():
+            for start in range(0, len(texts), 64):
+                encoder.encode(texts=texts[start:start + 64], max_length=256)
+        return run
+
+    # name -> (run, LM head over: None, "all" tokens or the "ordinary" ones)
+    systems = {PYSERINI_DENSE: (pyserini_loop(pyserini), None),
+               PYSERINI_SPLADE: (pyserini_loop(splade), "all"),
+               OURS_DENSE: (lambda: ours["minilm-cls"].encode_passage(texts, 64), None),
+               OURS_DUPMAE: (lambda: ours["dupmae-minilm"].encode_passage(texts, 64), "ordinary"),
+               OURS_DUPMAE_NAIVE: (naive_max_pool, "all"),
+               OURS_DENSE_INT8: (lambda: int8["minilm-cls"].encode_passage(texts, 64), None),
+               OURS_DUPMAE_INT8: (lambda: int8["dupmae-minilm"].encode_passage(texts, 64), "ordinary")}
+    splade_model_only = PYSERINI_SPLADE.replace("(sparse)", "(sparse, without its dict output)")
+    best = {name: float("inf") for name in [*systems, splade_model_only]}
     ceiling = 0.0
     for round_ in range(args.rounds):
         ceiling = max(ceiling, matmul_ceiling(args.threads)["fp32"])
         for name, (run, _) in systems.items():
+            dict_output.reset()
             start = time.perf_counter()
             run()
-            best[name] = min(best[name], time.perf_counter() - start)
-            print(f"round {round_}: {name}: {len(texts) / (time.perf_counter() - start):.2f} docs/s", flush=True)
-    tokens = np.array([len(ids) for ids in ours["minilm-cls"].tokenizer(texts, truncation=True,
-                                                                          max_length=256)["input_ids"]])
+            seconds = time.perf_counter() - start
+            best[name] = min(best[name], seconds)
+            print(f"round {round_}: {name}: {len(texts) / seconds:.2f} docs/s", flush=True)
+            if name == PYSERINI_SPLADE:
+                best[splade_model_only] = min(best[splade_model_only], seconds - dict_output.seconds)
+                print(f"round {round_}: {splade_model_only}: {len(texts) / (seconds - dict_output.seconds):.2f} "
+                      f"docs/s", flush=True)
+    ids = ours["minilm-cls"].tokenizer(texts, truncation=True, max_length=256)["input_ids"]
+    special = set(ours["dupmae-minilm"].tokenizer.all_special_ids)
+    tokens = np.array([len(row) for row in ids])
+    ordinary = np.array([sum(i not in special for i in row) for row in ids])
     config = AutoConfig.from_pretrained(minilm)
-    results = {"docs": len(texts), "mean_tokens_per_doc": float(tokens.mean()), "fp32_ceiling_gflops": ceiling}
-    base = len(texts) / best["pyserini.encode AutoDocumentEncoder (CLS, dense)"]
-    for name, (_, lm_head) in systems.items():
-        gflops = model_flops_per_doc(config, tokens, lm_head).sum() / best[name] / 1e9
-        results[name] = {"docs_per_s": len(texts) / best[name], "vs_pyserini": len(texts) / best[name] / base,
-                         "gflops_per_s": gflops, "fraction_of_fp32_ceiling": gflops / ceiling}
+    flops = {None: model_flops_per_doc(config, tokens, False).sum(),
+             "all": model_flops_per_doc(config, tokens, True).sum(),
+             "ordinary": model_flops_per_doc(config, tokens, True, ordinary).sum()}
+    heads = {**{name: head for name, (_, head) in systems.items()}, splade_model_only: "all"}
+    results = {"docs": len(texts), "mean_tokens_per_doc": float(tokens.mean()),
+               "mean_ordinary_tokens_per_doc": float(ordinary.mean()), "fp32_ceiling_gflops": ceiling}
+    n = len(texts)
+
+    def row(seconds, work):
+        gflops = work / seconds / 1e9
+        return {"docs_per_s": n / seconds, "vs_pyserini": best[PYSERINI_DENSE] / seconds,
+                "gflops_per_s": gflops, "fraction_of_fp32_ceiling": gflops / ceiling}
+
+    for name, head in heads.items():
+        results[name] = row(best[name], flops[head])
+    # Pyserini's two passes for what DupMAE gives in one: the dense encoder, then SPLADE over the same documents
+    full = "pyserini two-pass (dense + SPLADE)"
+    model_only = "pyserini two-pass (dense + SPLADE without its dict output)"
+    two_pass = {full: best[PYSERINI_DENSE] + best[PYSERINI_SPLADE],
+                model_only: best[PYSERINI_DENSE] + best[splade_model_only]}
+    for name, seconds in two_pass.items():
+        results[name] = row(seconds, flops[None] + flops["all"])
+    results["ratios"] = {  # speed-ups: the other's seconds over ours
+        "ours DupMAE vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE],
+        "ours DupMAE vs Pyserini two-pass without SPLADE's dict output": two_pass[model_only] / best[OURS_DUPMAE],
+        "ours DupMAE vs Pyserini SPLADE alone": best[PYSERINI_SPLADE] / best[OURS_DUPMAE],
+        "ours DupMAE vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE],
+        "ours dense vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DENSE],
+        "ours DupMAE packed+tiled OT max-pool vs naive": best[OURS_DUPMAE_NAIVE] / best[OURS_DUPMAE],
+        "ours DupMAE int8 vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_INT8],
+        "ours DupMAE int8 vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE_INT8],
+        "ours dense int8 vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DENSE_INT8]}
     print(json.dumps(results, indent=1), flush=True)
     return results
 
@@ -234,7 +341,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="encode rounds; the best of each is kept")
     parser.add_argument("--bf16-docs", type=int, default=64, help="documents of the bf16 / int8 quality check")
     parser.add_argument("--candidates", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--skip", nargs="*", default=[], choices=["encode", "precision", "search"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["encode", "precision", "search", "sizes"],
+                        help="steps to leave out (sizes: the index sizes, which read --index)")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     results = {"threads": args.threads, "ceiling_gflops": matmul_ceiling(args.threads)}
@@ -246,7 +354,8 @@ def main(argv=None) -> int:
         print(json.dumps(results["precision"]), flush=True)
     if "search" not in args.skip:
         results["search"] = search_benchmark(args)
-    results["sizes"] = index_sizes(args.index)
+    if "sizes" not in args.skip:
+        results["sizes"] = index_sizes(args.index)
     (args.work / "results.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     return 0
