@@ -182,8 +182,9 @@ class SyntheticModel:
 
 def card_text(args) -> str:
     # the generator's settings go into the checkpoint name, which the card's fingerprint (and so the chunk cache
-    # key) covers: other settings never resume onto these chunks
-    return (f"checkpoint: synthetic/zipf{args.zipf}-seed{args.seed}-vocab{args.vocab}\nkind: dupmae\n"
+    # key) covers: other settings never resume onto these chunks. No "/" in it: an owner/name would be looked up on
+    # the hub for its weight digests (five retries offline)
+    return (f"checkpoint: synthetic-zipf{args.zipf}-seed{args.seed}-vocab{args.vocab}\nkind: dupmae\n"
             f"dims: {args.dims}\npooling: cls\nnormalize: false\nk: {args.k}\nquery_k: {args.query_k}\nscale: 100\n"
             f"description: benchmarks/hybrid_scale.py synthetic documents\n")
 
