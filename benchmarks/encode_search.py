@@ -312,14 +312,19 @@ def search_benchmark(args) -> dict:
 
 
 def index_sizes(index: Path) -> dict:
-    def du(path: Path) -> int:
-        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+    def du(path: Path) -> int | None:
+        """Bytes under ``path``; None when the index has no such part (one written before the OT store has
+        ``sparse/vectors.npz`` instead of ``sparse/ot``)."""
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return path.stat().st_size if path.is_file() else None
 
     manifest = json.loads((index / "manifest.json").read_text())
     n = manifest["documents"]
     sizes = {"documents": n, "dense_flat_384": du(index / "dense" / "index"),
              "sparse_lucene_impact_index": du(index / "sparse" / "index"),
              "sparse_ot_store_fp16": du(index / "sparse" / "ot"),
+             "sparse_vectors_npz_before_the_store": du(index / "sparse" / "vectors.npz"),
              "sparse_collection_jsonl": du(index / "sparse" / "collection"),
              "flat_768_equivalent": n * 768 * 4}
     sizes["dupmae_index_total_dense_plus_lucene"] = sizes["dense_flat_384"] + sizes["sparse_lucene_impact_index"]
