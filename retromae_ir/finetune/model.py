@@ -104,23 +104,32 @@ class BiEncoder(torch.nn.Module):
                 outputs[f"{side}_sparse"] = sparse
         return outputs
 
+    @staticmethod
+    def gathered(outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every process's representations (gradient to the local rows), in fp32 (under bf16 autocast the
+        representations come in bf16)."""
+        return {key: gather_with_grad(value)[0].float() for key, value in outputs.items()}
+
     def scores(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Eq. 12 between every (gathered) query and every (gathered) passage: [Q, Q*G], in fp32 (under bf16
-        autocast the representations come in bf16)."""
-        every = {key: gather_with_grad(value)[0].float() for key, value in outputs.items()}
+        """Eq. 12 between every (gathered) query and every (gathered) passage: [Q, Q*G]."""
+        return self.eq12(self.gathered(outputs))
+
+    @staticmethod
+    def eq12(every: dict[str, torch.Tensor]) -> torch.Tensor:
         return score(every["query_dense"], every["passage_dense"], every.get("query_sparse"),
                      every.get("passage_sparse"))
 
-    def sparse_scores(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The raw OT dot between every (gathered) query and passage: the OT part of Eq. 12 divided by the card's
+    def raw_ot_scores(self, every: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The raw OT dot between every gathered query and passage: the OT part of Eq. 12 divided by the card's
         ``sparse_weight`` (folded into the vectors as sqrt(lambda) on each side)."""
-        query, passage = (gather_with_grad(outputs[key])[0].float() for key in ("query_sparse", "passage_sparse"))
-        return score(None, None, query, passage) / self.card.sparse_weight
+        return score(None, None, every["query_sparse"], every["passage_sparse"]) / self.card.sparse_weight
 
     def loss(self, outputs: dict[str, torch.Tensor], batch: dict) -> dict[str, torch.Tensor]:
-        """The stage's objective; its parts are logged beside ``loss`` when there is more than one."""
+        """The stage's objective; its parts are logged beside ``loss`` when there is more than one. The
+        representations are gathered once for every term."""
         args = self.loss_args
-        scores = self.scores(outputs)
+        every = self.gathered(outputs)
+        scores = self.eq12(every)
         group = scores.shape[1] // scores.shape[0]
         parts = {"ce": contrastive_loss(scores, group, args.temperature)}
         total = parts["ce"]
@@ -129,7 +138,7 @@ class BiEncoder(torch.nn.Module):
             parts["kl"] = distillation_loss(scores, teacher, group, args.temperature, args.teacher_temperature)
             total = parts["kl"] + args.hard_label_weight * parts["ce"]
         if args.sparse_loss_weight > 0:
-            parts["ce_sparse"] = contrastive_loss(self.sparse_scores(outputs), group, args.sparse_temperature)
+            parts["ce_sparse"] = contrastive_loss(self.raw_ot_scores(every), group, args.sparse_temperature)
             total = total + args.sparse_loss_weight * parts["ce_sparse"]
         logged = {key: value.detach() for key, value in parts.items()} if len(parts) > 1 else {}
         return {"loss": total, **logged}
