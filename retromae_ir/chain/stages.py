@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from retromae_ir.chain.config import ChainConfig
+from retromae_ir.chain.settings import check_settings, stage_settings
 from retromae_ir.io import atomic_write
 
 log = logging.getLogger("retromae_ir.chain")
@@ -54,13 +55,16 @@ class Chain:
         self.folder, self.output, self.config, self.model, self.bf16 = folder, output, config, model, bf16
         self.corpus, self.pretrained = corpus, pretrained
         output.mkdir(parents=True, exist_ok=True)
+        self.results_path = output / "results.json"
+        self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
+        self.inputs = {"dataset": folder.name, "model": model, "bf16": bf16,
+                       "pretrained": str(pretrained) if pretrained else None}
+        check_settings(self.results, config, self.inputs, str(self.results_path))
         from retromae_ir.data.splits import carve_dev_split
 
         train_qrels, self.dev_qrels = carve_dev_split(folder / "qrels" / "train.tsv", config.dev_queries,
                                                       output / "splits")
         self.train = ["--queries", str(folder / "queries.jsonl"), "--qrels", str(train_qrels)]
-        self.results_path = output / "results.json"
-        self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
         self.log_file = output / "commands.log"
         self.index_root = output / "indexes"
 
@@ -73,7 +77,9 @@ class Chain:
         return done
 
     def record(self, name: str, **values) -> None:
-        self.results.setdefault(name, {}).update(values)
+        """Add ``values`` to the stage's results.json entry, with the settings that made it."""
+        settings = stage_settings(self.config, name, self.inputs)
+        self.results.setdefault(name, {}).update(values, settings=settings)
         with atomic_write(self.results_path) as handle:
             json.dump(self.results, handle, indent=2)
 

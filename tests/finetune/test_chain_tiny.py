@@ -38,7 +38,7 @@ def folder(shared_data, tmp_path_factory):
     return out
 
 
-def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_bert_dir, tmp_path):
+def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_bert_dir, tmp_path, capsys):
     output = tmp_path / "chain"
     argv = ["--chain", "scifact-short", "--folder", str(folder), "--model", str(tiny_bert_dir), "--output", str(output), "--no-bf16",
             "--set", *TINY]
@@ -47,7 +47,7 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert len(list(iter_beir_corpus(output / "corpus-40.jsonl"))) == 40
     main = json.loads((output / "results.json").read_text())
     ablation = json.loads((output / chain.ABLATION / "results.json").read_text())
-    assert set(main["baseline-bm25"]) == {"sparse", "dev", "eval_wall_s"}
+    assert set(main["baseline-bm25"]) == {"sparse", "dev", "eval_wall_s", "settings"}
     assert set(main["baseline-minilm-mean"]) >= {"dense"}
     for results in (main, ablation):
         for stage in STAGES:
@@ -75,5 +75,14 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
 
     commands = (output / "commands.log").stat().st_size
     chain_main(argv)  # everything done: nothing runs again, the results are unchanged
+    assert (output / "commands.log").stat().st_size == commands
+    assert json.loads((output / "results.json").read_text()) == main
+    assert main["2-stage2"]["settings"]["group"] == 2 and main["3-distill"]["settings"]["distill_lr"] == 2e-5
+
+    # other settings for finished stages: refused before anything runs, naming the stage and the field
+    with pytest.raises(SystemExit) as refused:
+        chain_main([*argv, "lr=1e-4"])
+    assert refused.value.code == 2
+    assert "stage 1-stage1 was made with other settings (lr 2e-05 -> 0.0001)" in capsys.readouterr().err
     assert (output / "commands.log").stat().st_size == commands
     assert json.loads((output / "results.json").read_text()) == main

@@ -1,0 +1,74 @@
+"""What each finished stage of a chain was made with, so a re-run never reuses a stage made with other settings.
+
+A chain skips every stage whose output exists (an interrupted chain continues). Without a record, re-running into
+the same output with ``--set epochs=2`` would report the old one-epoch rows as if they were the new ones. Each
+stage's entry in results.json therefore carries ``settings``: the settings that shaped it and every stage before it
+(the chain is a pipeline: stage 2 trains on negatives mined with stage 1, so stage 1's settings are stage 2's too).
+A re-run whose settings differ for a finished stage stops before running anything and names the stage and fields.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from retromae_ir.chain.config import ChainConfig
+
+# the pipeline in order: stage -> the settings (ChainConfig fields, or the run's inputs) that shape it
+PIPELINE: list[tuple[str, tuple[str, ...]]] = [
+    ("baseline", ("dataset", "corpus_docs", "dev_queries")),
+    ("0-pretrain", ("model", "pretrained", "pretrain_steps", "pretrain_batch", "pretrain_length")),
+    ("0-start", ("model", "bf16", "query_length", "passage_length", "k", "query_k", "sparse_weight")),
+    ("1-bm25-negatives", ("negatives", "max_rank")),
+    ("1-stage1", ("steps", "epochs", "batch", "group_stage1", "lr", "warmup_ratio", "sparse_loss_weight",
+                  "sparse_temperature")),
+    ("2-mined-negatives", ("negatives", "max_rank")),
+    ("2-stage2", ("group",)),
+    ("4-cross-encoder", ("ce_length", "ce_batch", "ce_steps", "ce_lr")),
+    ("5-soft-labels", ()),
+    ("3-distill", ("distill_lr", "calibrate_teacher")),
+]
+STAGES = [stage for stage, _ in PIPELINE]
+
+
+class ChainSettingsError(ValueError):
+    """A finished stage in the output was made with other settings than this run's."""
+
+
+def pipeline_stage(name: str) -> str:
+    """results.json's entry name -> its place in the pipeline (both baselines are one place)."""
+    return "baseline" if name.startswith("baseline-") else name
+
+
+def stage_settings(config: ChainConfig, name: str, inputs: dict) -> dict:
+    """The settings that shaped stage ``name``: its own and those of every stage before it. Stages a configuration
+    skips (pre-training without ``pretrain``, BM25 negatives with in-batch stage 1) contribute nothing."""
+    values = {**dataclasses.asdict(config), **inputs}
+    skipped = {"0-pretrain"} if not config.pretrain else set()
+    skipped |= {"1-bm25-negatives"} if config.group_stage1 == 1 else set()
+    settings = {"pretrain": config.pretrain}
+    for stage, fields in PIPELINE:
+        if stage not in skipped:
+            settings.update({field: values[field] for field in fields})
+        if stage == pipeline_stage(name):
+            return settings
+    raise KeyError(f"{name}: not a stage of the chain ({', '.join(STAGES)})")
+
+
+def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str) -> None:
+    """Refuse to continue a chain whose finished stages were made with other settings (or recorded none)."""
+    for name, entry in results.items():
+        if pipeline_stage(name) not in STAGES:
+            raise ChainSettingsError(f"{where}: {name!r} is not a stage of the chain ({', '.join(STAGES)})")
+        expected = stage_settings(config, name, inputs)
+        recorded = entry.get("settings")
+        if recorded is None:
+            raise ChainSettingsError(
+                f"{where}: stage {name} has no recorded settings (made by an older retromae_ir), so it cannot be "
+                f"reused safely; use a new --output")
+        changed = {field: (recorded.get(field), value) for field, value in expected.items()
+                   if recorded.get(field) != value}
+        if changed:
+            fields = ", ".join(f"{field} {old!r} -> {new!r}" for field, (old, new) in changed.items())
+            raise ChainSettingsError(
+                f"{where}: stage {name} was made with other settings ({fields}); this run would mix its results "
+                f"with the new ones. Use a new --output, or remove that stage's folder and entry (and every later "
+                f"stage's) to remake them")

@@ -1,0 +1,44 @@
+"""A chain's finished stages record the settings that made them; a re-run with other settings for a finished
+stage is refused (the stale-cache guard of retromae_ir/chain/settings.py)."""
+from __future__ import annotations
+
+import pytest
+
+from retromae_ir.chain.config import ChainConfig
+from retromae_ir.chain.settings import ChainSettingsError, check_settings, stage_settings
+
+INPUTS = {"dataset": "scifact", "model": None, "bf16": False, "pretrained": None}
+
+
+def test_a_stage_carries_its_own_settings_and_every_earlier_stages():
+    config = ChainConfig()
+    stage1 = stage_settings(config, "1-stage1", INPUTS)
+    stage2 = stage_settings(config, "2-stage2", INPUTS)
+    assert stage1["lr"] == 2e-5 and "group" not in stage1
+    assert stage2 == {**stage1, "negatives": 3, "max_rank": 100, "group": 2}
+    assert stage_settings(config, "baseline-bm25", INPUTS) == {"pretrain": False, "dataset": "scifact",
+                                                               "corpus_docs": 0, "dev_queries": 100}
+    # stages this configuration skips contribute nothing: pre-training, BM25 negatives for an in-batch stage 1
+    assert "pretrain_steps" not in stage2 and "pretrain_steps" in stage_settings(
+        ChainConfig(pretrain=True), "2-stage2", INPUTS)
+    with pytest.raises(KeyError, match="9-nothing: not a stage"):
+        stage_settings(config, "9-nothing", INPUTS)
+
+
+def test_a_changed_setting_is_refused_only_for_stages_it_shaped():
+    config = ChainConfig()
+    results = {name: {"settings": stage_settings(config, name, INPUTS)}
+               for name in ("baseline-bm25", "0-start", "1-stage1", "2-mined-negatives", "2-stage2")}
+    check_settings(results, config, INPUTS, "out/results.json")
+    check_settings(results, ChainConfig(distill_lr=1e-4), INPUTS, "out/results.json")  # only distillation's
+    with pytest.raises(ChainSettingsError, match=r"out/results.json: stage 2-stage2 .*\(group 2 -> 4\)"):
+        check_settings(results, ChainConfig(group=4), INPUTS, "out/results.json")
+    with pytest.raises(ChainSettingsError, match=r"stage 0-start .*\(model None -> 'other/model'\)"):
+        check_settings(results, config, {**INPUTS, "model": "other/model"}, "out/results.json")
+
+
+def test_a_stage_without_recorded_settings_or_an_unknown_entry_is_refused():
+    with pytest.raises(ChainSettingsError, match="stage 1-stage1 has no recorded settings"):
+        check_settings({"1-stage1": {"wall_s": 1.0}}, ChainConfig(), INPUTS, "out/results.json")
+    with pytest.raises(ChainSettingsError, match="'notes' is not a stage"):
+        check_settings({"notes": {}}, ChainConfig(), INPUTS, "out/results.json")
