@@ -100,6 +100,7 @@ class EncoderModel(torch.nn.Module):
             warnings.simplefilter("ignore", DeprecationWarning)
             quantize_dynamic(self, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
         self.int8 = True
+        self.bf16 = False  # int8 replaces bf16: the quantised kernels take fp32 activations, not autocast's bf16
         return self
 
     @classmethod
