@@ -43,6 +43,8 @@ class MiningArguments:
     mode: str | None = field(default=None, metadata={"help": "card retrievers: hybrid, dense or sparse "
                                                              "(default: hybrid for DupMAE cards, else dense)"})
     threads: int = field(default=2)
+    no_lucene: bool = field(default=False, metadata={"help": "card retrievers: build the index without its Lucene "
+                                                              "impact index (a host without Java)"})
 
     def __post_init__(self):
         if not 1 <= self.min_rank <= self.max_rank:
@@ -92,7 +94,7 @@ def retrieve(args: MiningArguments, queries: dict[str, str]) -> dict[str, dict[s
     from retromae_ir.search.retriever import EncoderRetriever
 
     retriever = EncoderRetriever(args.retriever, args.mode, Path(args.index_root), hits=args.max_rank,
-                                 threads=args.threads)
+                                 threads=args.threads, lucene=not args.no_lucene)
     return retriever.retrieve(corpus, name, queries)
 
 

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast for training and encoding (default: where the hardware runs it natively, "
                              "see retromae_ir/hardware.py; AVX2-only CPUs emulate bf16 and run it several times slower)")
+    parser.add_argument("--no-lucene", action="store_true",
+                        help="a host without Java: indexes without their Lucene impact index, no BM25 baseline "
+                             "(every stage is still searched by the exact hybrid searcher)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override settings of retromae_ir/chain/config.py::ChainConfig")
     return add_debug_flag(parser)
@@ -83,7 +86,7 @@ def run(spec, args) -> None:
     with output_lock(output):
         setup_logging(output / "chain.log")
         log.info("chain %s over %s: %s; bf16 %s", spec.name, folder, config, bf16)
-        chains = run_chain(Path(folder), output, config, args.model, bf16, args.pretrained)
+        chains = run_chain(Path(folder), output, config, args.model, bf16, args.pretrained, not args.no_lucene)
         print(report(chains, output, corpus_title(Path(folder), config)))
 
 

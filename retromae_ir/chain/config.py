@@ -22,19 +22,24 @@ class ChainConfig:
     query_length: int = 64
     passage_length: int = 256
     steps: int = 0  # optimizer steps of each fine-tuning stage (when ``epochs`` is 0)
-    epochs: float = 1.0  # > 0: each fine-tuning stage trains this many passes over its queries (overrides steps)
+    # > 0: each fine-tuning stage trains this many passes over its queries (overrides steps). 2 epochs, 8 passages
+    # a group and 15 mined negatives from ranks 3-200: chosen on the dev split (docs/finetuning.md, GPU dev runs)
+    epochs: float = 2.0
     batch: int = 32
     group_stage1: int = 1  # 1: Eq. 13, in-batch negatives only; more adds BM25 negatives
-    group: int = 2  # passages per query in stage 2, the cross-encoder and distillation (1 positive + negatives)
-    negatives: int = 3  # mined per query (ranks 3 .. max_rank)
-    max_rank: int = 100
+    group: int = 8  # passages per query in stage 2, the cross-encoder and distillation (1 positive + negatives)
+    negatives: int = 15  # mined per query (ranks 3 .. max_rank)
+    max_rank: int = 200
     ce_length: int = 256
     ce_batch: int = 8
     lr: float = 2e-5  # fine-tuning stages 1 and 2
     distill_lr: float = 2e-5  # distillation starts from a tuned stage 2: at 1e-4 its dense side collapsed (quick)
     ce_steps: int = 200  # the cross-encoder (teacher): a new head on MiniLM needs more steps than the bi-encoder
     ce_lr: float = 1e-4
-    distill: bool = True  # False: the chain stops after stage 2 (no cross-encoder, no distillation)
+    teacher: str = ""  # a trained cross-encoder (directory or hub name) to distil from; "": the chain trains one
+    # True: a cross-encoder teacher and distillation after stage 2. Off by default: the teacher the chain trains
+    # ranks below its own student and distilling it lowered every measured chain (docs/finetuning.md)
+    distill: bool = False
     calibrate_teacher: bool = True  # distillation at the student's score scale (retromae_ir/finetune/calibration.py)
     evaluate_pretrained: bool = False  # also evaluate the starting checkpoint at a configured OT weight
     ablation: bool = False  # with ``pretrain``: also run the chain from the starting model without pre-training

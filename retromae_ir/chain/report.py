@@ -54,6 +54,22 @@ def wall_table(chains: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def stage_position(stage: str) -> int:
+    """A stage's place on the x axis: its number in the pipeline (0-pretrain and 0-start share the first place)."""
+    return int(stage.split("-", 1)[0])
+
+
+def stage_ticks(chains: list[tuple[str, dict]]) -> dict[int, str]:
+    """x position -> label of every evaluated stage, in pipeline order ("pretrain / start" where both chains begin)."""
+    names: dict[int, list[str]] = {}
+    for _, results in chains:
+        for stage in evaluated_stages(results):
+            label = stage.split("-", 1)[1]
+            if label not in names.setdefault(stage_position(stage), []):
+                names[stage_position(stage)].append(label)
+    return {position: " / ".join(names[position]) for position in sorted(names)}
+
+
 def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path, title: str) -> None:
     """nDCG@10 and R@100 per stage, one line per chain and mode, baselines as horizontal lines."""
     import matplotlib
@@ -61,20 +77,19 @@ def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path, titl
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stages = list(dict.fromkeys(stage.split("-", 1)[1] for _, results in chains
-                                for stage in evaluated_stages(results)))
+    ticks = stage_ticks(chains)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for axis, metric in zip(axes, METRICS):
         for (label, results), style in zip(chains, ("-", "--")):
             for mode, color in zip(MODES, ("tab:blue", "tab:orange", "tab:green")):
-                points = [(stages.index(s.split("-", 1)[1]), v[mode][metric])
+                points = [(stage_position(s), v[mode][metric])
                           for s, v in evaluated_stages(results).items() if mode in v]
                 if points:
                     axis.plot(*zip(*points), style, color=color, marker="o", label=f"{label}, {mode}")
         for row, style in zip(baselines, (":", "-.")):
             mode = next(m for m in MODES if m in row)
             axis.axhline(row[mode][metric], color="grey", linestyle=style, lw=1, label=row["system"])
-        axis.set_xticks(range(len(stages)), stages)
+        axis.set_xticks(list(ticks), list(ticks.values()))
         axis.set_title(f"{title}: test {metric}", fontsize=9)
     axes[0].legend(fontsize=6)
     fig.tight_layout()

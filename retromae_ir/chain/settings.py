@@ -23,7 +23,7 @@ PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("2-mined-negatives", ("negatives", "max_rank")),
     ("2-stage2", ("group",)),
     ("4-cross-encoder", ("ce_length", "ce_batch", "ce_steps", "ce_lr")),
-    ("5-soft-labels", ()),
+    ("5-soft-labels", ("teacher",)),
     ("3-distill", ("distill_lr", "calibrate_teacher")),
 ]
 STAGES = [stage for stage, _ in PIPELINE]

@@ -51,9 +51,10 @@ class Chain:
         return "DupMAE pre-training" if self.config.pretrain else "no pre-training"
 
     def __init__(self, folder: Path, corpus: Path, output: Path, config: ChainConfig, model: str | None, bf16: bool,
-                 pretrained: Path | None = None):
+                 pretrained: Path | None = None, lucene: bool = True):
         self.folder, self.output, self.config, self.model, self.bf16 = folder, output, config, model, bf16
         self.corpus, self.pretrained = corpus, pretrained
+        self.lucene = lucene  # False (a host without Java): no Lucene impact indexes and no BM25 baseline
         output.mkdir(parents=True, exist_ok=True)
         self.results_path = output / "results.json"
         self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
@@ -172,7 +173,7 @@ class Chain:
             "retromae_ir.mine", "--retriever", retriever, "--corpus", str(self.corpus), *self.train,
             "--output", str(out), "--min-rank", "3", "--max-rank", str(c.max_rank), "--negatives", str(c.negatives),
             "--index-root", str(self.index_root), *(["--index-name", index_name] if index_name else []),
-            log_file=self.log_file))
+            *([] if self.lucene else ["--no-lucene"]), log_file=self.log_file))
 
     def finetune(self, name: str, stage: str, card: Path, data: Path | list[str], group: int) -> Path:
         """A fine-tuning stage on ``data``: a training file (mined negatives, soft labels) or qrels flags."""
@@ -200,7 +201,7 @@ class Chain:
             "--lr", str(c.ce_lr), *self.flags(out, c.ce_steps), log_file=self.log_file))
         return out
 
-    def soft_labels(self, teacher: Path, negatives: Path) -> Path:
+    def soft_labels(self, teacher: Path | str, negatives: Path) -> Path:
         scored = self.output / "5-soft-labels.jsonl"
         return self.timed("5-soft-labels", scored, lambda: command(
             "retromae_ir.rerank", "score", "--model", str(teacher), "--input", str(negatives),
@@ -211,8 +212,8 @@ class Chain:
         """One retriever per mode over the same index: the corpus is encoded once for all three."""
         from retromae_ir.search.retriever import EncoderRetriever
 
-        return {mode: EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=100, bf16=self.bf16)
-                for mode in MODES}
+        return {mode: EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=100, bf16=self.bf16,
+                                       lucene=self.lucene) for mode in MODES}
 
     @cached_property
     def test_queries(self) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
@@ -257,7 +258,10 @@ class Chain:
         from retromae_ir.bm25 import BM25Retriever
         from retromae_ir.search.retriever import EncoderRetriever
 
-        self.evaluate("baseline-bm25", {"sparse": BM25Retriever(self.index_root / "bm25")})
+        if self.lucene:
+            self.evaluate("baseline-bm25", {"sparse": BM25Retriever(self.index_root / "bm25")})
+        else:
+            log.warning("no Lucene (--no-lucene): the BM25 baseline is not run")
         self.evaluate("baseline-minilm-mean", {"dense": EncoderRetriever(
             "minilm-mean", mode="dense", index_root=self.index_root, hits=100, bf16=self.bf16)})
 
@@ -274,7 +278,8 @@ class Chain:
         yield
         if not self.config.distill:
             return
-        soft = self.soft_labels(self.cross_encoder(mined), mined)
+        teacher = self.config.teacher or self.cross_encoder(mined)
+        soft = self.soft_labels(teacher, mined)
         stage3 = self.finetune("3-distill", "distill", stage2, soft, self.config.group)
         self.evaluate("3-distill", self.card_retrievers(stage3))
 
@@ -297,7 +302,8 @@ class AblationChain(Chain):
     label = "no pre-training (ablation)"
 
     def __init__(self, main: Chain):
-        super().__init__(main.folder, main.corpus, main.output / ABLATION, main.config, main.model, main.bf16)
+        super().__init__(main.folder, main.corpus, main.output / ABLATION, main.config, main.model, main.bf16,
+                         lucene=main.lucene)
         self.main, self.index_root = main, main.index_root
 
     def baselines(self) -> None:
@@ -335,12 +341,12 @@ def corpus_title(folder: Path, config: ChainConfig) -> str:
 
 
 def run_chain(folder: Path, output: Path, config: ChainConfig, model: str | None = None, bf16: bool = False,
-              pretrained: Path | None = None) -> list[Chain]:
+              pretrained: Path | None = None, lucene: bool = True) -> list[Chain]:
     """Every stage of the chain (and its ablation, when configured) over ``folder``, results under ``output``."""
     if pretrained is not None and not (pretrained / "config.json").is_file():
         raise ValueError(f"--pretrained {pretrained}: no config.json, not a finished pre-training output")
     output.mkdir(parents=True, exist_ok=True)
-    chains = [Chain(folder, chain_corpus(folder, output, config), output, config, model, bf16, pretrained)]
+    chains = [Chain(folder, chain_corpus(folder, output, config), output, config, model, bf16, pretrained, lucene)]
     if config.ablation and config.pretrain:
         chains.append(AblationChain(chains[0]))
     run_in_lockstep(chains)

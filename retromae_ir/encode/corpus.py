@@ -193,9 +193,10 @@ def prune_work(output: Path, keep: Path) -> None:
 
 
 def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_num: int = 1, threads: int = 1,
-          extra: dict | None = None, int8: bool = False, work: Path | None = None) -> Path:
+          extra: dict | None = None, int8: bool = False, work: Path | None = None, lucene: bool = True) -> Path:
     """Join the shards under ``work`` (default: the one finished encoding of ``card`` found by
-    :func:`find_work`) into DIR/dense and DIR/sparse, build the Lucene impact index, write the manifest.
+    :func:`find_work`) into DIR/dense and DIR/sparse, build the Lucene impact index (unless ``lucene`` is False:
+    a host without Java, where only the exact hybrid searcher reads the index), write the manifest.
     The caller holds the output's lock."""
     import faiss
 
@@ -220,9 +221,9 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
         from retromae_ir.search.index import store_manifest_field
 
         with atomic_dir(output / "sparse") as tmp:
-            write_sparse(tmp, card, vocab, docids, sparse, threads)
+            write_sparse(tmp, card, vocab, docids, sparse, threads, lucene)
         parts.append("sparse")
-        fields.update(sparse_postings=int(sparse.nnz), sparse_store=store_manifest_field())
+        fields.update(sparse_postings=int(sparse.nnz), sparse_store=store_manifest_field(), lucene=lucene)
     elif (output / "sparse").exists():
         shutil.rmtree(output / "sparse")  # an earlier card's sparse side does not describe these documents
     manifest = write_manifest(output, card, files=checksums(output, parts), **fields)
@@ -231,13 +232,15 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
 
 
 def write_sparse(folder: Path, card: EncoderCard, vocab: list[str], docids: list[str], sparse: scipy.sparse.csr_matrix,
-                 threads: int) -> None:
-    """The OT store (float16, term-major: exact scoring), the JsonVectorCollection of integer impacts, and its
-    Lucene impact index."""
+                 threads: int, lucene: bool = True) -> None:
+    """The OT store (float16, term-major: exact scoring), and with ``lucene`` the JsonVectorCollection of integer
+    impacts and its Lucene impact index."""
     from retromae_ir.search.index import STORE_FOLDER
     from retromae_ir.search.ot_store import write_ot_store
 
     write_ot_store(folder / STORE_FOLDER, lambda: [sparse], sparse.shape[1])
+    if not lucene:
+        return
     (folder / "collection").mkdir()
     with open(folder / "collection" / "docs.jsonl", "w") as out:
         for start in range(0, len(docids), 10000):

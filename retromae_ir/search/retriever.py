@@ -28,7 +28,8 @@ class EncoderRetriever:
     """``retrieve(corpus, index_name, queries)`` over ``index_root/<card>/<index_name>``."""
 
     def __init__(self, card, mode: str | None = None, index_root: Path = Path("indexes"), hits: int = 1000,
-                 batch_size: int = 64, threads: int = 2, bf16: bool | None = None, int8: bool = False):
+                 batch_size: int = 64, threads: int = 2, bf16: bool | None = None, int8: bool = False,
+                 lucene: bool = True):
         self.card = load_card(card)
         self.mode = mode or default_mode(self.card)
         if self.mode != "dense" and not self.card.sparse:
@@ -36,6 +37,7 @@ class EncoderRetriever:
         self.name = retriever_name(self.card, self.mode)
         self.index_root = Path(index_root)
         self.hits, self.batch_size, self.threads, self.bf16, self.int8 = hits, batch_size, threads, bf16, int8
+        self.lucene = lucene  # False: no Lucene impact index (a host without Java); the exact searcher needs none
 
     @cached_property
     def model(self):
@@ -51,14 +53,17 @@ class EncoderRetriever:
         return {"corpus_sha256": file_digest(corpus), **weights}
 
     def index_is_current(self, index_dir: Path, digests: dict[str, str]) -> bool:
-        """Built by this card, weights and precision from these corpus bytes (not merely a corpus of this name)."""
+        """Built by this card, weights and precision from these corpus bytes (not merely a corpus of this name), with
+        a Lucene impact index when this retriever builds one (an index made without it is not reused then)."""
         from retromae_ir.encode.corpus import precision
 
         manifest = index_dir / MANIFEST
         if not manifest.is_file():
             return False
         data = json.loads(manifest.read_text())
+        has_lucene = data.get("lucene", True) or not self.card.sparse
         return (data.get("fingerprint") == self.card.fingerprint() and data.get("precision") == precision(self.model)
+                and (has_lucene or not self.lucene)
                 and all(data.get(key) == value for key, value in digests.items()))
 
     def build_index(self, corpus: Path, index_name: str) -> Path:
@@ -75,7 +80,7 @@ class EncoderRetriever:
             docids, texts = read_corpus(corpus)
             folder = encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
             merge(index_dir, self.card, self.model.vocab, threads=self.threads, work=folder.parent,
-                  extra={"corpus": str(corpus), "bf16": self.model.bf16, **digests})
+                  extra={"corpus": str(corpus), "bf16": self.model.bf16, **digests}, lucene=self.lucene)
         return index_dir
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:

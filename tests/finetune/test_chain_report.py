@@ -96,3 +96,12 @@ def test_chains_advance_one_stage_at_a_time():
 
     run_in_lockstep([Fake("main", 3), Fake("ablation", 2)])
     assert order == [("main", 0), ("ablation", 0), ("main", 1), ("ablation", 1), ("main", 2)]
+
+
+def test_plot_places_each_stage_by_its_pipeline_number():
+    """The ablation starts at 0-start where the main chain starts at 0-pretrain: both sit at the first place, so
+    neither chain's line runs back across the plot."""
+    main = {"0-pretrain": {"eval_wall_s": 1}, "1-stage1": {"eval_wall_s": 1}, "3-distill": {"eval_wall_s": 1}}
+    ablation = {"0-start": {"eval_wall_s": 1}, "1-stage1": {"eval_wall_s": 1}, "2-stage2": {"eval_wall_s": 1}}
+    assert chain.stage_ticks([("main", main), ("ablation", ablation)]) == {
+        0: "pretrain / start", 1: "stage1", 2: "stage2", 3: "distill"}

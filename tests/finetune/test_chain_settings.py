@@ -15,7 +15,7 @@ def test_a_stage_carries_its_own_settings_and_every_earlier_stages():
     stage1 = stage_settings(config, "1-stage1", INPUTS)
     stage2 = stage_settings(config, "2-stage2", INPUTS)
     assert stage1["lr"] == 2e-5 and "group" not in stage1
-    assert stage2 == {**stage1, "negatives": 3, "max_rank": 100, "group": 2}
+    assert stage2 == {**stage1, "negatives": 15, "max_rank": 200, "group": 8}
     assert stage_settings(config, "baseline-bm25", INPUTS) == {"pretrain": False, "dataset": "scifact",
                                                                "corpus_docs": 0, "dev_queries": 100}
     # stages this configuration skips contribute nothing: pre-training, BM25 negatives for an in-batch stage 1
@@ -31,8 +31,14 @@ def test_a_changed_setting_is_refused_only_for_stages_it_shaped():
                for name in ("baseline-bm25", "0-start", "1-stage1", "2-mined-negatives", "2-stage2")}
     check_settings(results, config, INPUTS, "out/results.json")
     check_settings(results, ChainConfig(distill_lr=1e-4), INPUTS, "out/results.json")  # only distillation's
-    with pytest.raises(ChainSettingsError, match=r"out/results.json: stage 2-stage2 .*\(group 2 -> 4\)"):
+    with pytest.raises(ChainSettingsError, match=r"out/results.json: stage 2-stage2 .*\(group 8 -> 4\)"):
         check_settings(results, ChainConfig(group=4), INPUTS, "out/results.json")
+    # a given teacher changes the soft labels and distillation, not the cross-encoder the chain trained
+    results["4-cross-encoder"] = {"settings": stage_settings(config, "4-cross-encoder", INPUTS)}
+    check_settings(results, ChainConfig(teacher="my/reranker"), INPUTS, "out/results.json")
+    results["5-soft-labels"] = {"settings": stage_settings(config, "5-soft-labels", INPUTS)}
+    with pytest.raises(ChainSettingsError, match=r"stage 5-soft-labels .*\(teacher '' -> 'my/reranker'\)"):
+        check_settings(results, ChainConfig(teacher="my/reranker"), INPUTS, "out/results.json")
     with pytest.raises(ChainSettingsError, match=r"stage 0-start .*\(model None -> 'other/model'\)"):
         check_settings(results, config, {**INPUTS, "model": "other/model"}, "out/results.json")
 

@@ -4,6 +4,7 @@ and a second run skips everything that is done."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -13,7 +14,8 @@ from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_q
 
 TINY = ["pretrain_steps=2", "pretrain_batch=2", "pretrain_length=32", "query_length=16", "passage_length=32",
         "steps=2", "batch=4", "ce_steps=2", "ce_batch=2", "ce_length=32", "negatives=2", "max_rank=20", "k=40",
-        "query_k=20", "corpus_docs=40", "ablation=true", "pretrain=true", "epochs=0", "dev_queries=2"]
+        "query_k=20", "corpus_docs=40", "ablation=true", "pretrain=true", "epochs=0", "dev_queries=2",
+        "group=2", "distill=true"]
 STAGES = ["1-stage1", "2-stage2", "3-distill"]
 
 
@@ -84,5 +86,25 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
         chain_main([*argv, "lr=1e-4"])
     assert refused.value.code == 2
     assert "stage 1-stage1 was made with other settings (lr 2e-05 -> 0.0001)" in capsys.readouterr().err
+
+    # a given teacher: the chain distils from it and trains no cross-encoder of its own
+    given = tmp_path / "given"
+    shutil.copytree(output, given)
+    for chain_dir in (given, given / chain.ABLATION):
+        results = json.loads((chain_dir / "results.json").read_text())
+        for stage in ("4-cross-encoder", "5-soft-labels", "3-distill"):
+            results.pop(stage, None)
+            shutil.rmtree(chain_dir / stage, ignore_errors=True)
+        (chain_dir / "5-soft-labels.jsonl").unlink()
+        (chain_dir / "results.json").write_text(json.dumps(results))
+    teacher = output / "4-cross-encoder"
+    copied = (given / "chain.log").stat().st_size
+    chain_main([*argv[:7], str(given), *argv[8:], f"teacher={teacher}"])
+    assert not (given / "4-cross-encoder").exists()
+    distilled = json.loads((given / "results.json").read_text())
+    assert distilled["3-distill"]["settings"]["teacher"] == str(teacher)
+    with open(given / "chain.log") as log:
+        log.seek(copied)
+        assert f"score --model {teacher} --input {given}/" in log.read()
     assert (output / "commands.log").stat().st_size == commands
     assert json.loads((output / "results.json").read_text()) == main

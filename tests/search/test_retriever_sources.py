@@ -67,3 +67,37 @@ def test_int8_and_fp32_indexes_are_not_reused_for_each_other(tmp_path, tiny_bert
             CORPUS, "handful")
         assert json.loads((index_dir / "manifest.json").read_text())["int8"] is int8
     assert calls == [False, True, False]  # the second int8 build reused the int8 index, no other reuse
+
+
+@pytest.mark.jvm
+def test_an_index_without_lucene_searches_the_same_and_is_not_reused_where_lucene_is_wanted(tmp_path, tiny_bert_dir,
+                                                                                            monkeypatch):
+    """lucene=False (a host without Java) writes the faiss index and the OT store only; the exact searcher ranks the
+    same as over the full index, and a retriever that builds Lucene indexes encodes again rather than reuse it."""
+    import json
+
+    import retromae_ir.encode.corpus as corpus
+
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: dupmae\ndims: 32\nk: 16\nmax_passage_length: 32\n")
+    calls = []
+    original = corpus.encode_shard
+    monkeypatch.setattr(corpus, "encode_shard", lambda *a, **k: calls.append(1) or original(*a, **k))
+    queries = {"q1": "first query text", "q2": "another query"}
+
+    def build_and_search(lucene: bool, root: str):
+        retriever = EncoderRetriever(str(card), index_root=tmp_path / root, threads=1, lucene=lucene, hits=5)
+        return retriever.build_index(CORPUS, "handful"), retriever.retrieve(CORPUS, "handful", queries)
+
+    bare, bare_run = build_and_search(False, "bare")
+    assert not (bare / "sparse" / "index").exists() and not (bare / "sparse" / "collection").exists()
+    assert (bare / "sparse" / "ot").is_dir()
+    assert json.loads((bare / "manifest.json").read_text())["lucene"] is False
+    full, full_run = build_and_search(True, "full")
+    assert (full / "sparse" / "index").is_dir()
+    assert bare_run == full_run and all(bare_run.values())
+    assert len(calls) == 2
+    build_and_search(False, "full")  # a full index serves a retriever that needs no Lucene
+    assert len(calls) == 2
+    build_and_search(True, "bare")  # the bare one is encoded again with its Lucene index
+    assert len(calls) == 3 and (bare / "sparse" / "index").is_dir()
