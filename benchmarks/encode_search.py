@@ -2,27 +2,36 @@
 
 Both sides run in one invocation, same backbone (the packaged all-MiniLM-L6-v2), same documents, same threads:
 
-1. the machine's matmul ceiling (fp32, bf16), measured here;
+1. the machine's matmul ceiling (fp32, bf16) on ``--device``, measured here;
 2. encode throughput on the first ``--encode-docs`` documents: the loop of ``python -m pyserini.encode``
    (AutoDocumentEncoder, CLS, batches of 64 in corpus order) and the same loop with Pyserini's
    SpladeDocumentEncoder over the same checkpoint and MLM head (the sparse pass a user would add: dense + SPLADE
    is Pyserini's two-pass answer to DupMAE's one pass) vs our EncoderModel with the dense-only card and with
-   the DupMAE card (what ``python -m retromae_ir.encode corpus`` runs), each in fp32 and int8
-   (``--dtype int8``), and the DupMAE card with the naive OT max-pool it had before #12; interleaved in one
-   process, best of ``--rounds``, max length 256, batches of 64; also as a fraction of the fp32 ceiling (FLOPs
-   from the real token counts: SPLADE's head over every token, ours over the ordinary tokens only, which is all
-   it computes);
-3. bf16 and int8 vs fp32 on the same documents: cosine of the dense vectors, overlap of the sparse top-k;
+   the DupMAE card (what ``python -m retromae_ir.encode corpus`` runs), each in ``--dtype`` and, on the CPU,
+   in int8 too, and the DupMAE card with the naive OT max-pool it had before #12; interleaved in one process,
+   best of ``--rounds``, max length 256, batches of 64; also as a fraction of the matmul ceiling of
+   ``--device`` in ``--dtype`` (FLOPs from the real token counts: SPLADE's head over every token, ours over the
+   ordinary tokens only, which is all it computes). ``--device cuda`` runs every encoder on the GPU (timings
+   synchronised; no int8 rows, int8 is CPU only) and ``--dtype bf16`` runs every one under bf16 autocast (ours:
+   ``EncoderModel(bf16=True)``; Pyserini's: its ``encode`` calls wrapped in ``torch.autocast``);
+3. bf16 and int8 vs fp32 on the same documents, on the CPU: cosine of the dense vectors, overlap of the sparse
+   top-k;
 4. search on an index of ``--index`` (a ``retromae_ir.encode corpus`` output): queries/s of our exact hybrid,
    Pyserini's HybridSearcher (faiss + impact, pre-encoded queries) and faiss alone; how often each hybrid's
    top-10 equals brute force's (Eq. 12 over every document) and recall@10 of the exact ranking; nDCG@10;
 5. index sizes against a 768-d flat index of the same documents.
 
     python benchmarks/encode_search.py --index DIR --queries QDIR --topics T --qrels Q --corpus C --work W
+
+The encode part alone needs only ``--corpus`` and ``--work`` (no index, no Lucene, no Java), e.g. in bf16 on a GPU:
+
+    python benchmarks/encode_search.py --corpus ../shared/data/beir/scifact/corpus.jsonl --work W \\
+        --device cuda --dtype bf16 --encode-docs 1000 --rounds 3 --skip precision search sizes
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -32,22 +41,44 @@ import numpy as np
 import torch
 
 
-def matmul_ceiling(threads: int, size: int = 1024, seconds: float = 0.5) -> dict[str, float]:
-    """GFLOP/s of a square matmul in fp32 and bf16: best of three rounds of about ``seconds`` each (shared machine)."""
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def clock(device: str | torch.device = "cpu") -> float:
+    """``time.perf_counter()`` once the device's queued work is done (CUDA runs asynchronously)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def autocast(device: str | torch.device, dtype: str):
+    """bf16 autocast on ``device`` for ``dtype`` "bf16", nothing for "fp32"."""
+    if dtype == "bf16":
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def matmul_ceiling(threads: int, size: int | None = None, seconds: float = 0.5, device: str = "cpu",
+                   dtypes: tuple[str, ...] = ("fp32", "bf16")) -> dict[str, float]:
+    """GFLOP/s of a square matmul (1024 on the CPU, 8192 on a GPU) on ``device`` in each of ``dtypes``: best of
+    three rounds of about ``seconds`` each (shared machine), after one untimed product, synchronised on a GPU."""
     torch.set_num_threads(threads)
+    size = size or (8192 if torch.device(device).type == "cuda" else 1024)
     out = {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        start = time.perf_counter()
+    for name in dtypes:
+        a, b = (torch.randn(size, size, dtype=DTYPES[name], device=device) for _ in range(2))
+        a @ b  # the first product pays for library start-up (cuBLAS handles, kernel choice)
+        start = clock(device)
         a @ b
-        repeats = max(1, int(seconds / (time.perf_counter() - start)))
+        repeats = max(1, int(seconds / (clock(device) - start)))
         best = float("inf")
         for _ in range(3):
-            start = time.perf_counter()
+            start = clock(device)
             for _ in range(repeats):
                 a @ b
-            best = min(best, time.perf_counter() - start)
+            best = min(best, clock(device) - start)
         out[name] = 2 * size ** 3 * repeats / best / 1e9
+        del a, b
     return out
 
 
@@ -70,9 +101,30 @@ def splade_checkpoint(encoder, work: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         encoder.mlm.config.save_pretrained(folder)
         encoder.tokenizer.save_pretrained(folder)
-        torch.save(encoder.mlm.state_dict(), folder / "pytorch_model.bin.tmp")
+        torch.save({key: value.cpu() for key, value in encoder.mlm.state_dict().items()},
+                   folder / "pytorch_model.bin.tmp")
         (folder / "pytorch_model.bin.tmp").replace(folder / "pytorch_model.bin")
     return folder
+
+
+def autocast_log_is_fp32(device: str | torch.device) -> bool:
+    """Whether bf16 autocast on ``device`` runs ``torch.log`` in fp32 (CUDA's autocast does; the CPU's keeps bf16)."""
+    with autocast(device, "bf16"):
+        return torch.log(torch.ones(1, device=device, dtype=torch.bfloat16)).dtype == torch.float32
+
+
+def fp32_logits(model: torch.nn.Module) -> None:
+    """Have ``model`` return its logits in fp32. SpladeDocumentEncoder pools ``log(1 + relu(logits))`` and calls
+    ``.numpy()`` on the result, which fails on bf16: under CUDA autocast its ``log`` runs in fp32 anyway, under the
+    CPU's it does not, and there the logits are cast to fp32 first (one cast of [B, L, V], as CUDA's ``log`` does)."""
+    forward = model.forward
+
+    def forward_fp32_logits(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out["logits"] = out["logits"].float()
+        return out
+
+    model.forward = forward_fp32_logits
 
 
 class Stopwatch:
@@ -123,7 +175,11 @@ OURS_DUPMAE_NAIVE = "retromae_ir dupmae-minilm (dense + sparse), naive OT max-po
 
 def encode_benchmark(args) -> dict:
     """Documents/s of the encoders, interleaved in one process, best of ``--rounds`` (the machine is shared); the
-    matmul ceiling is re-measured before every round and its best is the reference.
+    matmul ceiling of ``--device`` in ``--dtype`` is re-measured before every round and its best is the reference.
+
+    Every encoder runs on ``--device`` in ``--dtype`` (bf16: autocast around Pyserini's ``encode`` calls, our
+    EncoderModel with ``bf16=True``); the int8 rows run on the CPU only. On a GPU each system first encodes one
+    untimed batch (CUDA start-up, kernel choice) and the clock is read after ``torch.cuda.synchronize()``.
 
     Pyserini's SPLADE encoder runs exactly as ``python -m pyserini.encode ... --encoder-class splade`` calls it
     (batches of 64, max length 256, autograd on as there: several [64, 256, 30522] fp32 tensors, 2 GB each, live
@@ -137,58 +193,76 @@ def encode_benchmark(args) -> dict:
     from retromae_ir.encode import EncoderModel
     from retromae_ir.encode.cards import load_card
 
+    device, dtype = args.device, args.dtype
     torch.set_num_threads(args.threads)
     minilm = load_card("minilm-cls").checkpoint_path()
     texts = write_corpora(args.corpus, args.work, args.encode_docs)[2]
-    pyserini = AutoDocumentEncoder(minilm, device="cpu", pooling="cls")
-    ours = {name: EncoderModel.from_card(name, device="cpu", bf16=False) for name in ("minilm-cls", "dupmae-minilm")}
-    splade = SpladeDocumentEncoder(str(splade_checkpoint(ours["dupmae-minilm"], args.work)), device="cpu")
-    check = ours["minilm-cls"].tokenizer(texts[:1], truncation=True, max_length=256, return_tensors="pt")
-    with torch.no_grad():  # the same checkpoint and head: SPLADE's logits are the ones our OT side pools
-        torch.testing.assert_close(splade.model(**check).logits, ours["dupmae-minilm"].mlm(**check).logits)
-    int8 = {name: EncoderModel.from_card(name, device="cpu", bf16=False).quantize_int8() for name in ours}
+    pyserini = AutoDocumentEncoder(minilm, device=device, pooling="cls")
+    ours = {name: EncoderModel.from_card(name, device=device, bf16=dtype == "bf16")
+            for name in ("minilm-cls", "dupmae-minilm")}
+    splade = SpladeDocumentEncoder(str(splade_checkpoint(ours["dupmae-minilm"], args.work)), device=device)
+    check = ours["minilm-cls"].tokenizer(texts[:1], truncation=True, max_length=256, return_tensors="pt").to(device)
+    # the same checkpoint and head: SPLADE's logits are the ones our OT side pools (in fp32; on a GPU within a
+    # looser tolerance, for kernels that may sum in another order: a wrong weight is off by far more)
+    tolerance = {"rtol": 1e-4, "atol": 1e-3} if torch.device(device).type == "cuda" else {}
+    with torch.no_grad():
+        torch.testing.assert_close(splade.model(**check).logits, ours["dupmae-minilm"].mlm(**check).logits,
+                                   **tolerance)
+    if dtype == "bf16" and not autocast_log_is_fp32(device):
+        fp32_logits(splade.model)
+    int8 = ({name: EncoderModel.from_card(name, device="cpu", bf16=False).quantize_int8() for name in ours}
+            if torch.device(device).type == "cpu" else {})
     dict_output = Stopwatch()  # Pyserini's conversion of the pooled [B, V] array to token -> weight dicts
     splade._output_to_weight_dicts = dict_output.wrap(splade._output_to_weight_dicts)
     splade._get_encoded_query_token_wight_dicts = dict_output.wrap(splade._get_encoded_query_token_wight_dicts)
 
-    def naive_max_pool():  # the OT max-pool before #12 item 2: the head over every position, [16, L, V] at a time
+    def naive_max_pool(docs):  # the OT max-pool before #12 item 2: the head over every position, [16, L, V] at a time
         from unittest import mock
 
         from retromae_ir.encode.representation import max_pool_logits_naive
 
         with mock.patch("retromae_ir.encode.dupmae.max_pool_logits", max_pool_logits_naive):
-            ours["dupmae-minilm"].encode_passage(texts, 64)
+            ours["dupmae-minilm"].encode_passage(docs, 64)
 
     def pyserini_loop(encoder):  # the loop of `python -m pyserini.encode`: batches of 64 in corpus order
-        def run():
-            for start in range(0, len(texts), 64):
-                encoder.encode(texts=texts[start:start + 64], max_length=256)
+        def run(docs):
+            for start in range(0, len(docs), 64):
+                with autocast(device, dtype):
+                    encoder.encode(texts=docs[start:start + 64], max_length=256)
         return run
 
-    # name -> (run, LM head over: None, "all" tokens or the "ordinary" ones)
+    def ours_run(model):
+        return lambda docs: model.encode_passage(docs, 64)
+
+    # name -> (run over a list of texts, LM head over: None, "all" tokens or the "ordinary" ones)
     systems = {PYSERINI_DENSE: (pyserini_loop(pyserini), None),
                PYSERINI_SPLADE: (pyserini_loop(splade), "all"),
-               OURS_DENSE: (lambda: ours["minilm-cls"].encode_passage(texts, 64), None),
-               OURS_DUPMAE: (lambda: ours["dupmae-minilm"].encode_passage(texts, 64), "ordinary"),
-               OURS_DUPMAE_NAIVE: (naive_max_pool, "all"),
-               OURS_DENSE_INT8: (lambda: int8["minilm-cls"].encode_passage(texts, 64), None),
-               OURS_DUPMAE_INT8: (lambda: int8["dupmae-minilm"].encode_passage(texts, 64), "ordinary")}
+               OURS_DENSE: (ours_run(ours["minilm-cls"]), None),
+               OURS_DUPMAE: (ours_run(ours["dupmae-minilm"]), "ordinary"),
+               OURS_DUPMAE_NAIVE: (naive_max_pool, "all")}
+    if int8:
+        systems.update({OURS_DENSE_INT8: (ours_run(int8["minilm-cls"]), None),
+                        OURS_DUPMAE_INT8: (ours_run(int8["dupmae-minilm"]), "ordinary")})
     splade_model_only = PYSERINI_SPLADE.replace("(sparse)", "(sparse, without its dict output)")
     best = {name: float("inf") for name in [*systems, splade_model_only]}
+    label = f"[{device} {dtype}]"
+    if torch.device(device).type == "cuda":
+        for run, _ in systems.values():
+            run(texts[:64])
     ceiling = 0.0
     for round_ in range(args.rounds):
-        ceiling = max(ceiling, matmul_ceiling(args.threads)["fp32"])
+        ceiling = max(ceiling, matmul_ceiling(args.threads, device=device, dtypes=(dtype,))[dtype])
         for name, (run, _) in systems.items():
             dict_output.reset()
-            start = time.perf_counter()
-            run()
-            seconds = time.perf_counter() - start
+            start = clock(device)
+            run(texts)
+            seconds = clock(device) - start
             best[name] = min(best[name], seconds)
-            print(f"round {round_}: {name}: {len(texts) / seconds:.2f} docs/s", flush=True)
+            print(f"{label} round {round_}: {name}: {len(texts) / seconds:.2f} docs/s", flush=True)
             if name == PYSERINI_SPLADE:
                 best[splade_model_only] = min(best[splade_model_only], seconds - dict_output.seconds)
-                print(f"round {round_}: {splade_model_only}: {len(texts) / (seconds - dict_output.seconds):.2f} "
-                      f"docs/s", flush=True)
+                print(f"{label} round {round_}: {splade_model_only}: "
+                      f"{len(texts) / (seconds - dict_output.seconds):.2f} docs/s", flush=True)
     ids = ours["minilm-cls"].tokenizer(texts, truncation=True, max_length=256)["input_ids"]
     special = set(ours["dupmae-minilm"].tokenizer.all_special_ids)
     tokens = np.array([len(row) for row in ids])
@@ -198,14 +272,17 @@ def encode_benchmark(args) -> dict:
              "all": model_flops_per_doc(config, tokens, True).sum(),
              "ordinary": model_flops_per_doc(config, tokens, True, ordinary).sum()}
     heads = {**{name: head for name, (_, head) in systems.items()}, splade_model_only: "all"}
-    results = {"docs": len(texts), "mean_tokens_per_doc": float(tokens.mean()),
-               "mean_ordinary_tokens_per_doc": float(ordinary.mean()), "fp32_ceiling_gflops": ceiling}
+    results = {"device": device, "dtype": dtype, "docs": len(texts), "mean_tokens_per_doc": float(tokens.mean()),
+               "mean_ordinary_tokens_per_doc": float(ordinary.mean()), f"{dtype}_ceiling_gflops": ceiling}
+    if torch.device(device).type == "cuda":
+        results["gpu"] = torch.cuda.get_device_name(device)
+        results["cuda_matmul_allow_tf32"] = torch.backends.cuda.matmul.allow_tf32  # False: fp32 is fp32
     n = len(texts)
 
     def row(seconds, work):
         gflops = work / seconds / 1e9
         return {"docs_per_s": n / seconds, "vs_pyserini": best[PYSERINI_DENSE] / seconds,
-                "gflops_per_s": gflops, "fraction_of_fp32_ceiling": gflops / ceiling}
+                "gflops_per_s": gflops, f"fraction_of_{dtype}_ceiling": gflops / ceiling}
 
     for name, head in heads.items():
         results[name] = row(best[name], flops[head])
@@ -222,12 +299,29 @@ def encode_benchmark(args) -> dict:
         "ours DupMAE vs Pyserini SPLADE alone": best[PYSERINI_SPLADE] / best[OURS_DUPMAE],
         "ours DupMAE vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE],
         "ours dense vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DENSE],
-        "ours DupMAE packed+tiled OT max-pool vs naive": best[OURS_DUPMAE_NAIVE] / best[OURS_DUPMAE],
-        "ours DupMAE int8 vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_INT8],
-        "ours DupMAE int8 vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE_INT8],
-        "ours dense int8 vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DENSE_INT8]}
+        "ours DupMAE packed+tiled OT max-pool vs naive": best[OURS_DUPMAE_NAIVE] / best[OURS_DUPMAE]}
+    if int8:
+        results["ratios"].update({
+            "ours DupMAE int8 vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_INT8],
+            "ours DupMAE int8 vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE_INT8],
+            "ours dense int8 vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DENSE_INT8]})
     print(json.dumps(results, indent=1), flush=True)
+    print(encode_table(results), flush=True)
     return results
+
+
+def encode_table(results: dict) -> str:
+    """The encode rows as a Markdown table whose header names the documents, device and dtype."""
+    device, dtype = results["device"], results["dtype"]
+    int8 = "; int8 rows: cpu, int8" if OURS_DENSE_INT8 in results else ""
+    lines = [f"| encoder ({results['docs']} documents, {device}, {dtype}{int8}) | docs/s "
+             f"| vs Pyserini dense | GFLOP/s | of the {dtype} ceiling ({results[f'{dtype}_ceiling_gflops']:.1f}) |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, row in results.items():
+        if isinstance(row, dict) and "docs_per_s" in row:
+            lines.append(f"| {name} | {row['docs_per_s']:.2f} | {row['vs_pyserini']:.2f} | "
+                         f"{row['gflops_per_s']:.1f} | {row[f'fraction_of_{dtype}_ceiling']:.2f} |")
+    return "\n".join(lines)
 
 
 def precision_quality(args) -> dict:
@@ -331,26 +425,51 @@ def index_sizes(index: Path) -> dict:
     return sizes
 
 
-def main(argv=None) -> int:
+# the inputs each step reads (argparse dests), so that a run leaving steps out needs only the others' inputs
+STEP_INPUTS = {"encode": ("corpus",), "precision": ("corpus",), "search": ("index", "queries", "topics", "qrels"),
+               "sizes": ("index",)}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="benchmarks/encode_search.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, required=True, help="BEIR corpus.jsonl for the encode benchmark")
-    parser.add_argument("--index", type=Path, required=True, help="a DupMAE index (retromae_ir.encode corpus)")
+    parser.add_argument("--corpus", type=Path, default=None,
+                        help="BEIR corpus.jsonl for the encode and precision steps")
+    parser.add_argument("--index", type=Path, default=None,
+                        help="a DupMAE index (retromae_ir.encode corpus): search and sizes steps")
     parser.add_argument("--encoder", default="dupmae-minilm", help="the index's card (search benchmark)")
-    parser.add_argument("--queries", type=Path, required=True, help="its pre-encoded queries (encode queries)")
-    parser.add_argument("--topics", type=Path, required=True)
-    parser.add_argument("--qrels", type=Path, required=True)
+    parser.add_argument("--queries", type=Path, default=None,
+                        help="its pre-encoded queries (encode queries): search step")
+    parser.add_argument("--topics", type=Path, default=None, help="search step")
+    parser.add_argument("--qrels", type=Path, default=None, help="search step")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the encode step runs every encoder and measures its ceiling (int8 rows: cpu only)")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="fp32",
+                        help="the encode step's arithmetic: fp32, or bf16 autocast for every encoder")
     parser.add_argument("--encode-docs", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2, help="encode rounds; the best of each is kept")
-    parser.add_argument("--bf16-docs", type=int, default=64, help="documents of the bf16 / int8 quality check")
+    parser.add_argument("--bf16-docs", type=int, default=64,
+                        help="documents of the bf16 / int8 quality check (precision step, on the CPU)")
     parser.add_argument("--candidates", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--skip", nargs="*", default=[], choices=["encode", "precision", "search", "sizes"],
+    parser.add_argument("--skip", nargs="*", default=[], choices=list(STEP_INPUTS),
                         help="steps to leave out (sizes: the index sizes, which read --index)")
     args = parser.parse_args(argv)
+    for step, inputs in STEP_INPUTS.items():
+        missing = [f"--{dest}" for dest in inputs if step not in args.skip and getattr(args, dest) is None]
+        if missing:
+            parser.error(f"the {step} step needs {' '.join(missing)} (or leave it out: --skip {step})")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    results = {"threads": args.threads, "ceiling_gflops": matmul_ceiling(args.threads)}
+    results = {"threads": args.threads, "device": args.device, "dtype": args.dtype,
+               "ceiling_gflops": matmul_ceiling(args.threads, device=args.device)}
     print(json.dumps(results), flush=True)
     if "encode" not in args.skip:
         results["encode"] = encode_benchmark(args)
@@ -363,6 +482,8 @@ def main(argv=None) -> int:
         results["sizes"] = index_sizes(args.index)
     (args.work / "results.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
+    if "encode" in results:
+        print(encode_table(results["encode"]))
     return 0
 
 

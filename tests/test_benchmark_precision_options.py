@@ -1,0 +1,92 @@
+"""The precision options of the two benchmark scripts: which encoder arguments ``--dtype``/``--device`` become, and
+which inputs each step of ``benchmarks/encode_search.py`` asks for (no model is loaded here)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def precision_ndcg():
+    return load_script("precision_ndcg")
+
+
+@pytest.fixture(scope="module")
+def encode_search():
+    return load_script("encode_search")
+
+
+PRECISION_ARGS = ["--folder", "F", "--encoder", "dupmae-minilm", "--index-root", "R", "--index-name", "scifact"]
+
+
+def test_each_precision_becomes_explicit_retriever_arguments(precision_ndcg):
+    """fp32 is bf16=False, not the hardware's pick (None); the compared index is NAME-<dtype>."""
+    assert precision_ndcg.retriever_options("fp32") == {"bf16": False, "int8": False}
+    assert precision_ndcg.retriever_options("fp32")["bf16"] is False
+    assert precision_ndcg.retriever_options("bf16") == {"bf16": True, "int8": False}
+    assert precision_ndcg.retriever_options("int8") == {"bf16": False, "int8": True}
+    assert precision_ndcg.index_name_of("scifact", "fp32") == "scifact"
+    assert precision_ndcg.index_name_of("scifact", "bf16") == "scifact-bf16"
+
+
+def test_bf16_model_is_loaded_on_the_asked_device(precision_ndcg, monkeypatch):
+    from retromae_ir.encode import EncoderModel
+
+    calls = []
+    monkeypatch.setattr(EncoderModel, "from_card", classmethod(lambda cls, card, device=None, bf16=False:
+                                                               calls.append((card.name, device, bf16)) or "model"))
+    options = precision_ndcg.retriever_options("bf16")
+    retriever = precision_ndcg.DeviceRetriever("dupmae-minilm", mode="dense", device="cpu", lucene=False, **options)
+    assert retriever.model == "model" and retriever.lucene is False
+    assert calls == [("dupmae-minilm", "cpu", True)]
+
+
+def test_precision_device_defaults_and_int8_stays_on_the_cpu(precision_ndcg):
+    args = precision_ndcg.parse_args(PRECISION_ARGS)
+    assert (args.dtype, args.device, args.lucene) == ("int8", "cpu", True)
+    args = precision_ndcg.parse_args(PRECISION_ARGS + ["--dtype", "bf16", "--no-lucene"])
+    assert args.device == ("cuda" if torch.cuda.is_available() else "cpu") and args.lucene is False
+    with pytest.raises(SystemExit):
+        precision_ndcg.parse_args(PRECISION_ARGS + ["--dtype", "int8", "--device", "cuda"])
+
+
+def test_encode_step_alone_needs_no_index(encode_search, capsys):
+    args = encode_search.parse_args(["--corpus", "c.jsonl", "--work", "W", "--skip", "precision", "search", "sizes"])
+    assert (args.index, args.device, args.dtype) == (None, "cpu", "fp32")
+    with pytest.raises(SystemExit):
+        encode_search.parse_args(["--corpus", "c.jsonl", "--work", "W", "--skip", "precision", "sizes"])
+    assert "the search step needs --index --queries --topics --qrels" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        encode_search.parse_args(["--work", "W", "--skip", "search", "sizes"])
+    assert "the encode step needs --corpus" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_encode_search_refuses_cuda_without_a_gpu(encode_search, capsys):
+    with pytest.raises(SystemExit):
+        encode_search.parse_args(["--corpus", "c", "--work", "W", "--device", "cuda", "--skip", "search", "sizes"])
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_splade_logits_become_fp32_where_autocast_keeps_log_in_bf16(encode_search):
+    """CPU autocast leaves log in bf16, which Pyserini's SPLADE then cannot turn into numpy: its logits are cast."""
+
+    class Head(torch.nn.Module):
+        def forward(self, input_ids):
+            return {"logits": input_ids.to(torch.bfloat16)}
+
+    head = Head()
+    encode_search.fp32_logits(head)
+    assert head(input_ids=torch.ones(2, 3))["logits"].dtype == torch.float32
