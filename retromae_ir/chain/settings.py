@@ -12,7 +12,9 @@ import dataclasses
 
 from retromae_ir.chain.config import ChainConfig
 
-# the pipeline in order: stage -> the settings (ChainConfig fields, or the run's inputs) that shape it
+# the pipeline in order: stage -> the settings (ChainConfig fields, or the run's inputs) that shape it. Fields not
+# listed choose which stages run (pretrain, distill, ablation, evaluate_pretrained) or how a step fits in memory
+# (chunk_passages: gradient caching, same loss and gradients), not what a finished stage computed
 PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("baseline", ("dataset", "corpus_docs", "dev_queries")),
     ("0-pretrain", ("model", "pretrained", "pretrain_steps", "pretrain_batch", "pretrain_length")),

@@ -42,6 +42,14 @@ def command(*args: str, log_file: Path) -> None:
         raise StageFailed(f"{args[0]} failed (exit {done.returncode}); see {log_file}")
 
 
+def grad_cache_flags(config: ChainConfig, group: int) -> list[str]:
+    """``--grad-cache-chunk`` when a step's passages (batch x group) exceed ``chunk_passages``: as many queries a
+    chunk as fit; none otherwise (gradient caching costs a second forward pass)."""
+    if config.batch * group <= config.chunk_passages:
+        return []
+    return ["--grad-cache-chunk", str(max(1, config.chunk_passages // group))]
+
+
 class Chain:
     """The chain (with DupMAE pre-training unless the configuration says not); results.json in ``output`` records
     metrics and wall time per stage."""
@@ -186,7 +194,7 @@ class Chain:
         self.timed(name, out / "card.yaml", lambda: command(
             "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), *data,
             "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(c.batch),
-            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *sparse,
+            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *sparse, *grad_cache_flags(c, group),
             *self.flags(out, c.steps, c.epochs),
             log_file=self.log_file))
         return out / "card.yaml"

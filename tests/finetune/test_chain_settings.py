@@ -48,3 +48,12 @@ def test_a_stage_without_recorded_settings_or_an_unknown_entry_is_refused():
         check_settings({"1-stage1": {"wall_s": 1.0}}, ChainConfig(), INPUTS, "out/results.json")
     with pytest.raises(ChainSettingsError, match="'notes' is not a stage"):
         check_settings({"notes": {}}, ChainConfig(), INPUTS, "out/results.json")
+
+
+def test_steps_with_more_passages_than_a_chunk_go_through_gradient_caching():
+    from retromae_ir.chain.stages import grad_cache_flags
+
+    config = ChainConfig(batch=32, chunk_passages=64)
+    assert grad_cache_flags(config, 1) == [] and grad_cache_flags(config, 2) == []  # 32 and 64 passages fit
+    assert grad_cache_flags(config, 8) == ["--grad-cache-chunk", "8"]  # 256 passages: 8 queries x 8 at a time
+    assert grad_cache_flags(ChainConfig(batch=32, chunk_passages=4), 8) == ["--grad-cache-chunk", "1"]
