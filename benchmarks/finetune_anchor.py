@@ -96,7 +96,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--bf16", action="store_true", help="train under bf16 autocast (sentence-transformers' "
-                        "bf16=True), as our chain does by default on a CPU with native bf16; encoding stays fp32")
+                        "bf16=True), as our chain does by default on a CPU with native bf16")
     args = parser.parse_args(argv)
     random.seed(args.seed)
     pairs = training_pairs(args.folder, args.train_qrels or args.folder / "qrels" / "train.tsv")
