@@ -25,7 +25,6 @@ import argparse
 import json
 import sys
 import time
-from functools import cached_property
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -35,22 +34,6 @@ from retromae_ir.evaluate.beir_suite import judged_queries  # noqa: E402
 from retromae_ir.search.retriever import EncoderRetriever  # noqa: E402
 
 METRICS = ("ndcg@10", "recall@100")
-
-
-class DeviceRetriever(EncoderRetriever):
-    """An :class:`EncoderRetriever` whose model is loaded on ``device`` (the library's picks cuda when available,
-    where int8 cannot run)."""
-
-    def __init__(self, *args, device: str, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.device = device
-
-    @cached_property
-    def model(self):
-        from retromae_ir.encode import EncoderModel
-
-        model = EncoderModel.from_card(self.card, device=self.device, bf16=self.bf16)
-        return model.quantize_int8() if self.int8 else model
 
 
 def retriever_options(precision: str) -> dict:
@@ -68,7 +51,7 @@ def measure(card: str, modes: list[str], folder: Path, index_root: Path, name: s
             test: tuple[dict[str, str], dict[str, dict[str, int]]], device: str, lucene: bool = True) -> dict:
     queries, qrels = test
     index_name = index_name_of(name, precision)
-    retrievers = {mode: DeviceRetriever(card, mode=mode, index_root=index_root, hits=100, lucene=lucene,
+    retrievers = {mode: EncoderRetriever(card, mode=mode, index_root=index_root, hits=100, lucene=lucene,
                                         device=device, **retriever_options(precision))
                   for mode in modes}
     start = time.time()

@@ -48,7 +48,7 @@ def test_bf16_model_is_loaded_on_the_asked_device(precision_ndcg, monkeypatch):
     monkeypatch.setattr(EncoderModel, "from_card", classmethod(lambda cls, card, device=None, bf16=False:
                                                                calls.append((card.name, device, bf16)) or "model"))
     options = precision_ndcg.retriever_options("bf16")
-    retriever = precision_ndcg.DeviceRetriever("dupmae-minilm", mode="dense", device="cpu", lucene=False, **options)
+    retriever = precision_ndcg.EncoderRetriever("dupmae-minilm", mode="dense", device="cpu", lucene=False, **options)
     assert retriever.model == "model" and retriever.lucene is False
     assert calls == [("dupmae-minilm", "cpu", True)]
 

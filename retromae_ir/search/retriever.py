@@ -29,7 +29,7 @@ class EncoderRetriever:
 
     def __init__(self, card, mode: str | None = None, index_root: Path = Path("indexes"), hits: int = 1000,
                  batch_size: int = 64, threads: int = 2, bf16: bool | None = None, int8: bool = False,
-                 lucene: bool = True):
+                 lucene: bool = True, device: str | None = None):
         self.card = load_card(card)
         self.mode = mode or default_mode(self.card)
         if self.mode != "dense" and not self.card.sparse:
@@ -38,12 +38,13 @@ class EncoderRetriever:
         self.index_root = Path(index_root)
         self.hits, self.batch_size, self.threads, self.bf16, self.int8 = hits, batch_size, threads, bf16, int8
         self.lucene = lucene  # False: no Lucene impact index (a host without Java); the exact searcher needs none
+        self.device = device  # None: cuda when available (int8 needs "cpu")
 
     @cached_property
     def model(self):
         from retromae_ir.encode import EncoderModel
 
-        model = EncoderModel.from_card(self.card, bf16=self.bf16)
+        model = EncoderModel.from_card(self.card, device=self.device, bf16=self.bf16)
         return model.quantize_int8() if self.int8 else model
 
     def source_digests(self, corpus: Path) -> dict[str, str]:
