@@ -306,7 +306,6 @@ def encode_benchmark(args) -> dict:
             "ours DupMAE int8 vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE_INT8],
             "ours dense int8 vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DENSE_INT8]})
     print(json.dumps(results, indent=1), flush=True)
-    print(encode_table(results), flush=True)
     return results
 
 
