@@ -4,8 +4,8 @@ vocabulary-tiled ``retromae_ir.encode.representation.max_pool_logits``, on rando
 A BERT MLM head of MiniLM's shape (hidden 384, vocabulary 30522; random weights, what is timed is the same
 either way) pools ``--batch`` documents padded to ``--length`` positions, each with a random number of positions
 between ``--min-length`` and ``--length``, [CLS] and [SEP] excluded from the ordinary tokens. Both run
-interleaved, best of ``--rounds``, in fp32 inference mode (``--backward`` times forward + backward, what
-fine-tuning runs); prints ms per batch of each, the ratio and the largest difference between the two results.
+interleaved, best of ``--rounds``, in fp32 (``--bf16``: bf16 autocast) inference mode (``--backward`` times forward + backward, what
+fine-tuning runs, after Eq. 11's top-``--k``); prints ms per batch of each, the ratio and the largest difference between the two results.
 
     python benchmarks/ot_maxpool.py --batch 64 --length 256 --tile 4096 --threads 2
 """
@@ -46,25 +46,33 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden", type=int, default=384)
     parser.add_argument("--vocab", type=int, default=30522)
     parser.add_argument("--backward", action="store_true", help="time forward + backward instead of inference")
+    parser.add_argument("--k", type=int, default=384,
+                        help="with --backward: Eq. 11's top-k before the loss, as fine-tuning does (0: every entry)")
+    parser.add_argument("--bf16", action="store_true", help="under bf16 autocast (the chain's default on bf16 CPUs)")
     args = parser.parse_args(argv)
     args.min_length = args.length // 2 if args.min_length is None else args.min_length
     if not 2 <= args.min_length <= args.length:
         parser.error(f"--min-length must be between 2 and --length ({args.length}), got {args.min_length}")
-    from retromae_ir.encode.representation import max_pool_logits, max_pool_logits_naive
+    import contextlib
+
+    from retromae_ir.encode.representation import max_pool_logits, max_pool_logits_naive, top_k
 
     torch.set_num_threads(args.threads)
     head, hidden, mask = build(args)
     systems = {"naive": lambda h: max_pool_logits_naive(head, h, mask, chunk=args.chunk),
                "packed+tiled": lambda h: max_pool_logits(head, h, mask, rows=args.rows, vocab_tile=args.tile)}
 
+    precision = torch.autocast("cpu", dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
+
     def run(pool):
-        if not args.backward:
-            with torch.inference_mode():
-                return pool(hidden)
-        leaf = hidden.clone().requires_grad_(True)
-        out = pool(leaf)
-        torch.relu(out).sum().backward()
-        return out.detach()
+        with precision:
+            if not args.backward:
+                with torch.inference_mode():
+                    return pool(hidden).float()
+            leaf = hidden.clone().requires_grad_(True)
+            out = pool(leaf)
+            top_k(torch.log1p(torch.relu(out.float())), args.k or None).sum().backward()
+            return out.detach().float()
 
     best, outputs = {name: float("inf") for name in systems}, {}
     for name, pool in systems.items():  # warm-up
@@ -77,7 +85,7 @@ def main(argv=None) -> int:
     finite = torch.isfinite(outputs["naive"])
     results = {"batch": args.batch, "length": args.length, "ordinary_tokens": int(mask.sum()),
                "positions": args.batch * args.length, "tile": args.tile, "rows": args.rows, "threads": args.threads,
-               "backward": args.backward,
+               "backward": args.backward, "k": args.k if args.backward else None, "bf16": args.bf16,
                **{f"{name}_ms_per_batch": 1000 * seconds for name, seconds in best.items()},
                "speedup_naive_over_new": best["naive"] / best["packed+tiled"],
                "max_abs_difference": float((outputs["naive"] - outputs["packed+tiled"])[finite].abs().max()),

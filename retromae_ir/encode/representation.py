@@ -99,8 +99,9 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     Equal to :func:`max_pool_logits_naive` up to the matmuls' summation order (tests/encode/test_ot_maxpool.py
     checks values and gradients), except under int8: dynamic quantisation scales the activations per input tensor,
     and the packed rows (ordinary tokens only) are not the padded ones, so int8 logits move within int8's own
-    noise. Autograd runs through it (index_reduce's amax has a backward, ties share the gradient as ``amax``'s
-    do; with grad the running max is updated out of place), so fine-tuning calls the same code as encoding.
+    noise. Fine-tuning calls the same code as encoding: with a graph, BERT's head goes through
+    :class:`_TiledMaxPool`, whose backward touches only the entries that receive a gradient (ties share it, as
+    ``amax``'s do); another head back-propagates through its tiles' running max (updated out of place).
     A text without ordinary tokens pools to -inf, which every activation maps to 0.
     """
     if rows < 1 or vocab_tile < 1:
@@ -117,13 +118,91 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
             tile_rows = max(1, rows * vocab_tile // vocab) if vocab else rows
             return _running_max(lm_head, packed.split(tile_rows), owner.split(tile_rows), batch)
         transform, decoder = parts
-        # split, not sliced in a loop: each slice's backward would write a zero tensor of the whole input
-        row_tiles, owner_tiles = transform(packed).split(rows), owner.split(rows)
-        weights = decoder.weight.split(vocab_tile)
-        biases = [None] * len(weights) if decoder.bias is None else decoder.bias.split(vocab_tile)
+        transformed = transform(packed)
+        if torch.is_grad_enabled() and (transformed.requires_grad or decoder.weight.requires_grad):
+            return _TiledMaxPool.apply(transformed, decoder.weight, decoder.bias, owner, token_mask.sum(1),
+                                       rows, vocab_tile)
+        return _tiled_max(transformed, decoder.weight, decoder.bias, owner, batch, rows, vocab_tile)
+
+
+def _tiled_max(transformed, weight, bias, owner, batch: int, rows: int, vocab_tile: int) -> torch.Tensor:
+    """[batch, V]: the decoder's logits over the packed rows, max per document, one [rows, vocab_tile] tile at a
+    time (no graph)."""
+    row_tiles, owner_tiles = transformed.split(rows), owner.split(rows)
+    weights = weight.split(vocab_tile)
+    biases = [None] * len(weights) if bias is None else bias.split(vocab_tile)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta")
         columns = [_running_max(functools.partial(torch.nn.functional.linear, weight=w, bias=b), row_tiles,
                                 owner_tiles, batch) for w, b in zip(weights, biases)]
     return torch.cat(columns, dim=1)
+
+
+class _TiledMaxPool(torch.autograd.Function):
+    """The decoder's max-pooled logits with a backward that never rebuilds [N, V].
+
+    Forward is :func:`_tiled_max` and keeps only its inputs. The gradient of a max reaches one row per (document,
+    vocabulary entry), and only where the upstream gradient is non-zero: after Eq. 11's top-k that is k entries
+    of each document's V. Backward therefore recomputes the logits of just those entries (each document's rows
+    times the decoder rows it needs, [docs, L, K]), takes their max again (``amax``: ties share the gradient, as
+    the naive path's do) and back-propagates through that small graph, under the autocast state of the forward.
+    Autograd through the tiled forward instead stored every [rows, vocab_tile] tile and ran two full [N, H] x
+    [H, V] matmuls backward: most of a DupMAE training step's time and memory (``benchmarks/ot_train_step.py``).
+    """
+
+    ELEMENTS = 1 << 24  # largest [docs, L, K] logits tensor a backward chunk builds
+
+    @staticmethod
+    def forward(ctx, transformed, weight, bias, owner, counts, rows, vocab_tile):
+        device = transformed.device.type
+        ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(transformed, weight, bias if bias is not None else weight.new_empty(0), owner, counts)
+        return _tiled_max(transformed, weight, bias, owner, counts.numel(), rows, vocab_tile)
+
+    @staticmethod
+    def backward(ctx, upstream):
+        transformed, weight, bias, owner, counts = ctx.saved_tensors
+        device, autocast, dtype = ctx.autocast
+        grads = [torch.zeros_like(transformed), torch.zeros_like(weight), torch.zeros_like(bias) if ctx.has_bias
+                 else None]
+        needed = upstream != 0
+        width = int(needed.sum(1).max()) if needed.numel() else 0
+        if width == 0:
+            return (*grads, None, None, None, None)
+        # each document's needed vocabulary columns first (stable: ascending ids), padded to ``width``
+        columns = needed.to(torch.int8).argsort(dim=1, descending=True, stable=True)[:, :width]
+        upstream = torch.where(needed.gather(1, columns), upstream.gather(1, columns), 0)
+        length, ends = int(counts.max()), counts.cumsum(0)
+        step = max(1, _TiledMaxPool.ELEMENTS // max(1, length * width))
+        for first in range(0, counts.numel(), step):
+            docs = slice(first, min(first + step, counts.numel()))
+            begin, end = int(ends[first] - counts[first]), int(ends[docs.stop - 1])
+            with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=autocast):
+                leaves = [transformed[begin:end].detach().requires_grad_(), weight.detach().requires_grad_(),
+                          bias.detach().requires_grad_() if ctx.has_bias else None]
+                pooled = _pooled_columns(*leaves, owner[begin:end] - first, counts[docs], columns[docs], length)
+                chosen = upstream[docs]
+                total = (torch.where(torch.isfinite(pooled), pooled, 0).float() * chosen.float()).sum()
+                wanted = [leaf for leaf in leaves if leaf is not None]
+                partial = torch.autograd.grad(total, wanted)
+            grads[0][begin:end] += partial[0]
+            grads[1] += partial[1]
+            if ctx.has_bias:
+                grads[2] += partial[2]
+        return (*grads, None, None, None, None)
+
+
+def _pooled_columns(rows, weight, bias, owner, counts, columns, length: int) -> torch.Tensor:
+    """[docs, K]: max over each document's rows of its logits at its ``columns`` [docs, K]; -inf for no rows."""
+    docs = counts.numel()
+    position = torch.arange(rows.shape[0], device=rows.device) - (counts.cumsum(0) - counts)[owner]
+    padded = rows.new_zeros(docs, length, rows.shape[1]).index_put((owner, position), rows)
+    logits = torch.bmm(padded, weight[columns].transpose(1, 2))  # [docs, L, K]
+    if bias is not None:
+        logits = logits + bias[columns].unsqueeze(1)
+    present = torch.arange(length, device=rows.device) < counts.unsqueeze(1)
+    return logits.masked_fill(~present.unsqueeze(-1), float("-inf")).amax(dim=1)
 
 
 def _running_max(logits_of, row_tiles, owner_tiles, batch: int) -> torch.Tensor:
