@@ -188,13 +188,16 @@ class Chain:
         out = self.output / name
         c, distill = self.config, stage == "distill"
         calibrate = ["--calibrate-teacher"] if distill and c.calibrate_teacher else []
-        sparse = (["--sparse-loss-weight", str(c.sparse_loss_weight), "--sparse-temperature",
-                   str(c.sparse_temperature)] if c.sparse_loss_weight > 0 else [])
+        terms = (["--sparse-loss-weight", str(c.sparse_loss_weight), "--sparse-temperature",
+                  str(c.sparse_temperature)] if c.sparse_loss_weight > 0 else [])
+        terms += ["--dense-loss-weight", str(c.dense_loss_weight)] if c.dense_loss_weight > 0 else []
+        dropout = ["--attention-dropout", str(c.attention_dropout)] if c.attention_dropout >= 0 else []
         data = data if isinstance(data, list) else ["--train", str(data)]
         self.timed(name, out / "card.yaml", lambda: command(
             "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), *data,
             "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(c.batch),
-            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *sparse, *grad_cache_flags(c, group),
+            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *terms, *dropout,
+            *grad_cache_flags(c, group),
             *self.flags(out, c.steps, c.epochs),
             log_file=self.log_file))
         return out / "card.yaml"

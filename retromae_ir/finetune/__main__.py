@@ -41,14 +41,15 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
 def _train(card, model_args: ModelArguments, data: DataArguments, loss: LossArguments,
            training: FinetuneTrainingArguments, identity: dict) -> Path:
     examples = load_examples(data, need_scores=loss.distill)
-    model = BiEncoder(load_encoder(card, training.seed), data, loss)
+    model = BiEncoder(load_encoder(card, training.seed, model_args.attention_dropout), data, loss)
     if loss.distill and loss.calibrate_teacher:
         loss = dataclasses.replace(model.loss_args,
                                    teacher_temperature=calibrated_teacher_temperature(model, examples))
         model.loss_args = loss
 
     def reload(checkpoint: Path) -> BiEncoder:
-        return BiEncoder(load_encoder(dataclasses.replace(card, checkpoint=str(checkpoint))), data, loss)
+        return BiEncoder(load_encoder(dataclasses.replace(card, checkpoint=str(checkpoint)),
+                                      attention_dropout=model_args.attention_dropout), data, loss)
 
     metadata = {"encoder": model_args.encoder, "start_checkpoint": card.checkpoint}
     return FinetuneTrainer(model, examples, training, metadata, reload, identity).train()

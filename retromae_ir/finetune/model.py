@@ -31,9 +31,10 @@ CARD_FILE = "card.yaml"
 METADATA_FILE = "retromae_ir.json"
 
 
-def load_encoder(card: EncoderCard, seed: int = 0) -> EncoderModel:
+def load_encoder(card: EncoderCard, seed: int = 0, attention_dropout: float | None = None) -> EncoderModel:
     """The card's EncoderModel in train mode; a fresh W_cls [dims, hidden] (orthogonal, seeded) when the
-    checkpoint has none and the card's dims differ from the hidden size."""
+    checkpoint has none and the card's dims differ from the hidden size; ``attention_dropout`` (None: the
+    checkpoint's) set on every self-attention layer."""
     from transformers import AutoConfig
 
     path = card.checkpoint_path()
@@ -45,7 +46,23 @@ def load_encoder(card: EncoderCard, seed: int = 0) -> EncoderModel:
         torch.nn.init.orthogonal_(layer.weight, generator=torch.Generator().manual_seed(seed))
         model.projection = layer
         model.card = card
+    if attention_dropout is not None:
+        set_attention_dropout(hf_model(model), attention_dropout)
     return model.train()
+
+
+def set_attention_dropout(module: torch.nn.Module, probability: float) -> int:
+    """Set the dropout of every self-attention layer's probabilities (BERT-style: a ``*SelfAttention`` module whose
+    ``dropout`` is an ``nn.Dropout``; its SDPA path reads ``dropout.p``) and return how many were set. The
+    config is left alone, so a saved checkpoint keeps its own value. A model with no such layer is an error:
+    the option would silently do nothing."""
+    layers = [m for m in module.modules()
+              if type(m).__name__.endswith("SelfAttention") and isinstance(getattr(m, "dropout", None), torch.nn.Dropout)]
+    if not layers:
+        raise ValueError(f"--attention-dropout: {type(module).__name__} has no BERT-style self-attention layer")
+    for layer in layers:
+        layer.dropout.p = probability
+    return len(layers)
 
 
 def hf_model(encoder: EncoderModel) -> torch.nn.Module:
@@ -75,10 +92,12 @@ class BiEncoder(torch.nn.Module):
         self.data = data
         if loss.temperature is None:
             loss = dataclasses.replace(loss, temperature=default_temperature(encoder.card))
-        if loss.sparse_loss_weight > 0 and not (encoder.card.sparse and encoder.card.sparse_weight > 0):
-            raise ValueError(f"--sparse-loss-weight needs a card with an OT side (DupMAE) and a positive "
-                             f"sparse_weight; card {encoder.card.name!r} is kind {encoder.card.kind!r}, "
-                             f"sparse_weight {encoder.card.sparse_weight}")
+        for flag, weight in (("--sparse-loss-weight", loss.sparse_loss_weight),
+                             ("--dense-loss-weight", loss.dense_loss_weight)):
+            if weight > 0 and not (encoder.card.sparse and encoder.card.sparse_weight > 0):
+                raise ValueError(f"{flag} needs a card with an OT side (DupMAE) and a positive sparse_weight; "
+                                 f"card {encoder.card.name!r} is kind {encoder.card.kind!r}, sparse_weight "
+                                 f"{encoder.card.sparse_weight}")
         self.loss_args = loss
         self.name = f"{encoder.card.kind} stage {loss.stage}"
 
@@ -137,6 +156,10 @@ class BiEncoder(torch.nn.Module):
             teacher = gather_with_grad(batch["teacher"])[0]
             parts["kl"] = distillation_loss(scores, teacher, group, args.temperature, args.teacher_temperature)
             total = parts["kl"] + args.hard_label_weight * parts["ce"]
+        if args.dense_loss_weight > 0:
+            dense = score(every["query_dense"], every["passage_dense"], None, None)
+            parts["ce_dense"] = contrastive_loss(dense, group, args.temperature)
+            total = total + args.dense_loss_weight * parts["ce_dense"]
         if args.sparse_loss_weight > 0:
             parts["ce_sparse"] = contrastive_loss(self.raw_ot_scores(every), group, args.sparse_temperature)
             total = total + args.sparse_loss_weight * parts["ce_sparse"]

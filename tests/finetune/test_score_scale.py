@@ -81,3 +81,26 @@ def test_sparse_loss_term_needs_an_ot_side(tiny_bert_dir):
     with pytest.raises(ValueError, match="sparse-loss-weight needs a card with an OT side"):
         BiEncoder(load_encoder(tiny_card(tiny_bert_dir, kind="retromae"), seed=0),
                   DataArguments(train="x.jsonl", group_size=3), LossArguments(stage="1", sparse_loss_weight=1.0))
+
+
+def test_dense_loss_term_adds_a_contrastive_loss_on_the_dense_side_alone(tiny_bert_dir):
+    card = dataclasses.replace(tiny_card(tiny_bert_dir), sparse_weight=0.04)
+    model = BiEncoder(load_encoder(card, seed=0), DataArguments(train="x.jsonl", group_size=3),
+                      LossArguments(stage="2", temperature=0.5, dense_loss_weight=0.7, sparse_loss_weight=0.3,
+                                    sparse_temperature=2.0)).eval()
+    batch = model.make_collator()(EXAMPLES, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        outputs = model(batch)
+        losses = model.loss(outputs, batch)
+    expected_dense = contrastive_loss(outputs["query_dense"] @ outputs["passage_dense"].T, 3, 0.5)
+    torch.testing.assert_close(losses["ce_dense"], expected_dense)
+    assert not torch.isclose(losses["ce_dense"], losses["ce"])  # Eq. 12's OT part is not in it
+    torch.testing.assert_close(losses["loss"], losses["ce"] + 0.7 * expected_dense + 0.3 * losses["ce_sparse"])
+
+
+def test_dense_loss_term_needs_an_ot_side(tiny_bert_dir):
+    with pytest.raises(ValueError, match="dense-loss-weight needs a card with an OT side"):
+        BiEncoder(load_encoder(tiny_card(tiny_bert_dir, kind="retromae"), seed=0),
+                  DataArguments(train="x.jsonl", group_size=3), LossArguments(stage="1", dense_loss_weight=1.0))
+    with pytest.raises(ValueError, match="dense-loss-weight >= 0"):
+        LossArguments(stage="1", dense_loss_weight=-1.0)
