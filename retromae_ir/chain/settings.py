@@ -20,7 +20,7 @@ PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("0-pretrain", ("model", "pretrained", "pretrain_steps", "pretrain_batch", "pretrain_length")),
     ("0-start", ("model", "bf16", "query_length", "passage_length", "k", "query_k", "sparse_weight")),
     ("1-bm25-negatives", ("negatives", "max_rank")),
-    ("1-stage1", ("steps", "epochs", "batch", "group_stage1", "lr", "warmup_ratio", "sparse_loss_weight",
+    ("1-stage1", ("steps", "epochs", "epochs_stage1", "batch", "group_stage1", "lr", "lr_stage1", "warmup_ratio", "sparse_loss_weight",
                   "sparse_temperature", "dense_loss_weight", "attention_dropout")),
     ("2-mined-negatives", ("negatives", "max_rank")),
     ("2-stage2", ("group",)),

@@ -196,9 +196,9 @@ class Chain:
         self.timed(name, out / "card.yaml", lambda: command(
             "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), *data,
             "--corpus", str(self.corpus), "--group-size", str(group), "--batch-size", str(c.batch),
-            "--lr", str(c.distill_lr if distill else c.lr), *calibrate, *terms, *dropout,
+            "--lr", str(c.stage_lr(stage)), *calibrate, *terms, *dropout,
             *grad_cache_flags(c, group),
-            *self.flags(out, c.steps, c.epochs),
+            *self.flags(out, c.steps, c.stage_epochs(stage)),
             log_file=self.log_file))
         return out / "card.yaml"
 

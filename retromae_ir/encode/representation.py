@@ -147,7 +147,7 @@ class _TiledMaxPool(torch.autograd.Function):
     times the decoder rows it needs, [docs, L, K]), takes their max again (``amax``: ties share the gradient, as
     the naive path's do) and back-propagates through that small graph, under the autocast state of the forward.
     Autograd through the tiled forward instead stored every [rows, vocab_tile] tile and ran two full [N, H] x
-    [H, V] matmuls backward: most of a DupMAE training step's time and memory (``benchmarks/ot_train_step.py``).
+    [H, V] matmuls backward: most of the head's training time and memory (``benchmarks/ot_maxpool.py --backward``).
     """
 
     ELEMENTS = 1 << 24  # largest [docs, L, K] logits tensor a backward chunk builds

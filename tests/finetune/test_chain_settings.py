@@ -57,3 +57,11 @@ def test_steps_with_more_passages_than_a_chunk_go_through_gradient_caching():
     assert grad_cache_flags(config, 1) == [] and grad_cache_flags(config, 2) == []  # 32 and 64 passages fit
     assert grad_cache_flags(config, 8) == ["--grad-cache-chunk", "8"]  # 256 passages: 8 queries x 8 at a time
     assert grad_cache_flags(ChainConfig(batch=32, chunk_passages=4), 8) == ["--grad-cache-chunk", "1"]
+
+
+def test_stage_one_may_train_its_own_epochs_and_learning_rate():
+    same = ChainConfig(epochs=2.0, epochs_stage1=0, lr=2e-5, lr_stage1=0)
+    assert same.stage_epochs("1") == same.stage_epochs("2") == 2.0 and same.stage_lr("1") == same.stage_lr("2") == 2e-5
+    config = ChainConfig(epochs=2.0, epochs_stage1=1.5, lr=2e-5, lr_stage1=5e-5, distill_lr=1e-5)
+    assert (config.stage_epochs("1"), config.stage_epochs("2"), config.stage_epochs("distill")) == (1.5, 2.0, 2.0)
+    assert (config.stage_lr("1"), config.stage_lr("2"), config.stage_lr("distill")) == (5e-5, 2e-5, 1e-5)
