@@ -4,8 +4,9 @@ vocabulary-tiled ``retromae_ir.encode.representation.max_pool_logits``, on rando
 A BERT MLM head of MiniLM's shape (hidden 384, vocabulary 30522; random weights, what is timed is the same
 either way) pools ``--batch`` documents padded to ``--length`` positions, each with a random number of positions
 between ``--min-length`` and ``--length``, [CLS] and [SEP] excluded from the ordinary tokens. Both run
-interleaved, best of ``--rounds``, in fp32 (``--bf16``: bf16 autocast) inference mode (``--backward`` times forward + backward, what
-fine-tuning runs, after Eq. 11's top-``--k``); prints ms per batch of each, the ratio and the largest difference between the two results.
+interleaved, best of ``--rounds``, in fp32 (``--bf16``: bf16 autocast) inference mode (``--backward`` times
+forward + backward, what fine-tuning runs, after Eq. 11's top-``--k``); prints ms per batch of each, the ratio and
+the largest difference between the two results.
 
     python benchmarks/ot_maxpool.py --batch 64 --length 256 --tile 4096 --threads 2
 """

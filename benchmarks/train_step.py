@@ -6,7 +6,8 @@ real scifact text, with and without attention dropout, against the dense-only st
 
 Rows (best of ``--rounds``, interleaved, seconds a step of ``--batch`` queries and as many passages):
 - ``dense only``: the encoder, mean pooling and the in-batch loss on the cosine (MultipleNegativesRankingLoss's work);
-- ``DupMAE``: ``BiEncoder.forward`` + Eq. 12 loss with the OT side, as ``retromae_ir.finetune --stage 1`` runs it;
+- ``DupMAE``: ``BiEncoder.forward`` + the Eq. 12 contrastive loss with the OT side, as ``retromae_ir.finetune
+  --stage 1`` runs it without the added dense and OT terms (each costs one [32, 32] score matrix more);
 each with the checkpoint's attention dropout and with ``--attention-dropout 0`` (PyTorch's fused attention kernel).
 The matmul ceiling is measured in the same run (2048 x 2048, the same precision).
 """

@@ -21,7 +21,7 @@ class ChainConfig:
     pretrain_length: int = 128
     query_length: int = 64
     passage_length: int = 256
-    steps: int = 0  # optimizer steps of each fine-tuning stage (when ``epochs`` is 0)
+    steps: int = 0  # optimizer steps of each fine-tuning stage whose epochs (``stage_epochs``) are 0
     # > 0: each fine-tuning stage trains this many passes over its queries (overrides steps). 2 epochs, 8 passages
     # a group and 15 mined negatives from ranks 3-200: chosen on the dev split (docs/finetuning.md, GPU dev runs)
     epochs: float = 2.0

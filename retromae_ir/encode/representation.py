@@ -119,7 +119,8 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
             return _running_max(lm_head, packed.split(tile_rows), owner.split(tile_rows), batch)
         transform, decoder = parts
         transformed = transform(packed)
-        if torch.is_grad_enabled() and (transformed.requires_grad or decoder.weight.requires_grad):
+        trainable = [transformed, decoder.weight] + ([] if decoder.bias is None else [decoder.bias])
+        if torch.is_grad_enabled() and any(t.requires_grad for t in trainable):
             return _TiledMaxPool.apply(transformed, decoder.weight, decoder.bias, owner, token_mask.sum(1),
                                        rows, vocab_tile)
         return _tiled_max(transformed, decoder.weight, decoder.bias, owner, batch, rows, vocab_tile)
@@ -131,8 +132,7 @@ def _tiled_max(transformed, weight, bias, owner, batch: int, rows: int, vocab_ti
     row_tiles, owner_tiles = transformed.split(rows), owner.split(rows)
     weights = weight.split(vocab_tile)
     biases = [None] * len(weights) if bias is None else bias.split(vocab_tile)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta")
+    with torch.no_grad():  # the caller silences index_reduce_'s beta warning
         columns = [_running_max(functools.partial(torch.nn.functional.linear, weight=w, bias=b), row_tiles,
                                 owner_tiles, batch) for w, b in zip(weights, biases)]
     return torch.cat(columns, dim=1)
@@ -161,14 +161,17 @@ class _TiledMaxPool(torch.autograd.Function):
         return _tiled_max(transformed, weight, bias, owner, counts.numel(), rows, vocab_tile)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, upstream):
         transformed, weight, bias, owner, counts = ctx.saved_tensors
         device, autocast, dtype = ctx.autocast
-        grads = [torch.zeros_like(transformed), torch.zeros_like(weight), torch.zeros_like(bias) if ctx.has_bias
-                 else None]
+        wanted = list(ctx.needs_input_grad[:3])
+        wanted[2] = wanted[2] and ctx.has_bias
+        inputs = (transformed, weight, bias)
+        grads = [torch.zeros_like(inputs[i]) if wanted[i] else None for i in range(3)]
         needed = upstream != 0
         width = int(needed.sum(1).max()) if needed.numel() else 0
-        if width == 0:
+        if width == 0 or int(counts.max()) == 0:  # no gradient, or no document has a row to send one to
             return (*grads, None, None, None, None)
         # each document's needed vocabulary columns first (stable: ascending ids), padded to ``width``
         columns = needed.to(torch.int8).argsort(dim=1, descending=True, stable=True)[:, :width]
@@ -179,17 +182,15 @@ class _TiledMaxPool(torch.autograd.Function):
             docs = slice(first, min(first + step, counts.numel()))
             begin, end = int(ends[first] - counts[first]), int(ends[docs.stop - 1])
             with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=autocast):
-                leaves = [transformed[begin:end].detach().requires_grad_(), weight.detach().requires_grad_(),
-                          bias.detach().requires_grad_() if ctx.has_bias else None]
+                leaves = [transformed[begin:end], weight, bias if ctx.has_bias else None]
+                leaves = [leaf.detach().requires_grad_(want) if leaf is not None else None
+                          for leaf, want in zip(leaves, wanted)]
                 pooled = _pooled_columns(*leaves, owner[begin:end] - first, counts[docs], columns[docs], length)
-                chosen = upstream[docs]
-                total = (torch.where(torch.isfinite(pooled), pooled, 0).float() * chosen.float()).sum()
-                wanted = [leaf for leaf in leaves if leaf is not None]
-                partial = torch.autograd.grad(total, wanted)
-            grads[0][begin:end] += partial[0]
-            grads[1] += partial[1]
-            if ctx.has_bias:
-                grads[2] += partial[2]
+                total = (torch.where(torch.isfinite(pooled), pooled, 0).float() * upstream[docs].float()).sum()
+                partial = iter(torch.autograd.grad(total, [leaf for leaf, want in zip(leaves, wanted) if want]))
+            for index, (want, target) in enumerate(zip(wanted, (slice(begin, end), slice(None), slice(None)))):
+                if want:
+                    grads[index][target] += next(partial)
         return (*grads, None, None, None, None)
 
 
@@ -198,9 +199,10 @@ def _pooled_columns(rows, weight, bias, owner, counts, columns, length: int) -> 
     docs = counts.numel()
     position = torch.arange(rows.shape[0], device=rows.device) - (counts.cumsum(0) - counts)[owner]
     padded = rows.new_zeros(docs, length, rows.shape[1]).index_put((owner, position), rows)
-    logits = torch.bmm(padded, weight[columns].transpose(1, 2))  # [docs, L, K]
-    if bias is not None:
-        logits = logits + bias[columns].unsqueeze(1)
+    if bias is None:
+        logits = torch.bmm(padded, weight[columns].transpose(1, 2))  # [docs, L, K]
+    else:  # one fused step, as the forward's linear: under autocast both round once, in the same dtype
+        logits = torch.baddbmm(bias[columns].unsqueeze(1), padded, weight[columns].transpose(1, 2))
     present = torch.arange(length, device=rows.device) < counts.unsqueeze(1)
     return logits.masked_fill(~present.unsqueeze(-1), float("-inf")).amax(dim=1)
 

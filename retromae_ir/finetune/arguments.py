@@ -74,12 +74,12 @@ class LossArguments:
     sparse_loss_weight: float = field(default=0.0, metadata={
         "help": "DupMAE cards: weight of an added contrastive term on the OT side's own scores (raw OT dot, the "
                 "card's sparse_weight taken out), so the sparse side trains even when Eq. 12 weights it lightly"})
+    sparse_temperature: float = field(default=1.0, metadata={
+        "help": "temperature of that term on the raw OT dot (1: SPLADE's raw-dot softmax)"})
     dense_loss_weight: float = field(default=0.0, metadata={
         "help": "DupMAE cards: weight of an added contrastive term on the dense side's own scores (at --temperature), "
                 "so the dense side learns to rank on its own, as a dense retriever, and not only what the OT side "
                 "leaves to it inside Eq. 12"})
-    sparse_temperature: float = field(default=1.0, metadata={
-        "help": "temperature of that term on the raw OT dot (1: SPLADE's raw-dot softmax)"})
     calibrate_teacher: bool = field(default=False, metadata={
         "help": "distill: set --teacher-temperature to the teacher's median group score spread over the start "
                 "model's, so the soft labels ask for the teacher's ranking at the student's own score scale "

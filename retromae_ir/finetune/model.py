@@ -56,8 +56,8 @@ def set_attention_dropout(module: torch.nn.Module, probability: float) -> int:
     ``dropout`` is an ``nn.Dropout``; its SDPA path reads ``dropout.p``) and return how many were set. The
     config is left alone, so a saved checkpoint keeps its own value. A model with no such layer is an error:
     the option would silently do nothing."""
-    layers = [m for m in module.modules()
-              if type(m).__name__.endswith("SelfAttention") and isinstance(getattr(m, "dropout", None), torch.nn.Dropout)]
+    layers = [m for m in module.modules() if type(m).__name__.endswith("SelfAttention")
+              and isinstance(getattr(m, "dropout", None), torch.nn.Dropout)]
     if not layers:
         raise ValueError(f"--attention-dropout: {type(module).__name__} has no BERT-style self-attention layer")
     for layer in layers:
@@ -95,8 +95,9 @@ class BiEncoder(torch.nn.Module):
         for flag, weight in (("--sparse-loss-weight", loss.sparse_loss_weight),
                              ("--dense-loss-weight", loss.dense_loss_weight)):
             if weight > 0 and not (encoder.card.sparse and encoder.card.sparse_weight > 0):
-                raise ValueError(f"{flag} needs a card with an OT side (DupMAE) and a positive sparse_weight; "
-                                 f"card {encoder.card.name!r} is kind {encoder.card.kind!r}, sparse_weight "
+                raise ValueError(f"{flag} needs a card with an OT side (DupMAE) and a positive sparse_weight (on a "
+                                 f"dense card Eq. 12 is the dense side and the stage loss already trains it); card "
+                                 f"{encoder.card.name!r} is kind {encoder.card.kind!r}, sparse_weight "
                                  f"{encoder.card.sparse_weight}")
         self.loss_args = loss
         self.name = f"{encoder.card.kind} stage {loss.stage}"

@@ -132,13 +132,16 @@ def _gradients(mlm, hidden, mask, pool, k=None):
     return torch.autograd.grad(loss, [leaf, *params])
 
 
-@pytest.mark.parametrize("k, elements", [(5, 1 << 24), (5, 1), (None, 64)])
+@pytest.mark.parametrize("k, elements", [(5, 1 << 24), (5, 1), (5, "two documents"), (None, 64)])
 def test_top_k_gradients_equal_the_naive_ones(mlm, batch, monkeypatch, k, elements):
     """After Eq. 11's top-k only k entries a document get a gradient: the backward recomputes just those, in
-    chunks of documents (``elements`` 1: one document a chunk; with every entry and a tiny budget, many chunks)."""
+    chunks of documents (``elements`` 1: one document a chunk; two documents a chunk, so a chunk starts mid-batch;
+    with every entry and a tiny budget, many chunks)."""
     from retromae_ir.encode import representation
 
     hidden, mask = batch
+    if elements == "two documents":
+        elements = 2 * k * int(mask.sum(1).max())
     monkeypatch.setattr(representation._TiledMaxPool, "ELEMENTS", elements)
     reference = _gradients(mlm, hidden, mask, max_pool_logits_naive, k)
     tiled = _gradients(mlm, hidden, mask, lambda *a: max_pool_logits(*a, rows=7, vocab_tile=1000), k)
@@ -148,8 +151,8 @@ def test_top_k_gradients_equal_the_naive_ones(mlm, batch, monkeypatch, k, elemen
 
 
 def test_bf16_autocast_gradients_stay_close(mlm, batch):
-    """The backward recomputes under the forward's autocast state. bf16 rounding moves top-k choices and argmax
-    ties, so the bf16 gradients are compared by direction with the fp32 ones: as close as the naive path's are."""
+    """Under bf16 autocast the gradients keep their dtypes and point where the fp32 ones do, as closely as the naive
+    path's bf16 gradients (bf16 rounding moves top-k choices and argmax ties, so directions are compared)."""
     hidden, mask = batch
     exact = _gradients(mlm, hidden, mask, max_pool_logits_naive)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -161,3 +164,39 @@ def test_bf16_autocast_gradients_stay_close(mlm, batch):
         new_cos = cosine(new.flatten().double(), truth.flatten().double(), dim=0)
         old_cos = cosine(old.flatten().double(), truth.flatten().double(), dim=0)
         assert new_cos > 0.99 and new_cos >= old_cos - 0.01
+
+
+def test_ties_share_the_gradient_and_a_head_without_bias_works(mlm, batch):
+    """Two identical positions in a document tie on every vocabulary entry: the gradient is split between them as
+    the naive path splits it. The decoder without a bias takes the same path (no bias gradient to return)."""
+    import copy
+
+    hidden, mask = batch
+    hidden = hidden.clone()
+    hidden[0, 2] = hidden[0, 1]
+    assert mask[0, 1] and mask[0, 2]
+    head = copy.deepcopy(mlm.cls)
+    head.predictions.decoder.bias = None
+    assert split_lm_head(head) is not None
+    for model in (mlm.cls, head):
+        grads = []
+        for pool in (max_pool_logits_naive, lambda *a: max_pool_logits(*a, rows=7, vocab_tile=1000)):
+            leaf = hidden.clone().requires_grad_(True)
+            pooled = pool(model, leaf, mask)
+            (torch.where(torch.isfinite(pooled), pooled, 0) * torch.linspace(0, 1, pooled.shape[1])).sum().backward()
+            grads.append(leaf.grad)
+        torch.testing.assert_close(grads[1], grads[0], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(grads[1][0, 1], grads[1][0, 2])  # the tie is shared
+
+
+def test_another_head_back_propagates_through_its_running_max(mlm, batch):
+    hidden, mask = batch
+    head = torch.nn.Sequential(torch.nn.Linear(hidden.shape[-1], 50), torch.nn.Tanh())
+    grads = []
+    for pool in (max_pool_logits_naive, lambda *a: max_pool_logits(*a, rows=2)):
+        leaf = hidden.clone().requires_grad_(True)
+        pooled = pool(head, leaf, mask)
+        torch.where(torch.isfinite(pooled), pooled, 0).sum().backward()
+        grads.append(leaf.grad)
+    assert grads[1].abs().sum() > 0
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-5)

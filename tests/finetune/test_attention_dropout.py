@@ -22,8 +22,9 @@ def test_every_attention_layer_gets_the_value_and_the_config_keeps_its_own(tiny_
     assert hf_model(encoder).config.attention_probs_dropout_prob == configured
 
 
-def test_without_attention_dropout_only_hidden_dropout_stays_random(tiny_bert_dir):
-    """With attention and hidden dropout at 0 a train-mode forward is deterministic: no dropout was left behind."""
+def test_attention_dropout_zero_leaves_no_attention_dropout_behind(tiny_bert_dir):
+    """With hidden dropout also set to 0, a train-mode forward is deterministic at --attention-dropout 0 and random
+    at 0.5: the option reaches every attention layer that dropout runs in."""
     def twice(attention_dropout):
         encoder = load_encoder(tiny_card(tiny_bert_dir), seed=0, attention_dropout=attention_dropout)
         attention = {id(m.dropout) for m in hf_model(encoder).modules() if type(m).__name__.endswith("SelfAttention")}
@@ -35,7 +36,7 @@ def test_without_attention_dropout_only_hidden_dropout_stays_random(tiny_bert_di
         return [encoder.represent(batch["input_ids"], batch["attention_mask"], 8)[0] for _ in range(2)]
 
     assert torch.equal(*twice(0.0))
-    assert not torch.equal(*twice(0.5))  # the checkpoint's own attention dropout would make them differ
+    assert not torch.equal(*twice(0.5))  # so the first assertion is not deterministic by accident
 
 
 def test_a_model_without_self_attention_layers_is_an_error():

@@ -65,3 +65,12 @@ def test_stage_one_may_train_its_own_epochs_and_learning_rate():
     config = ChainConfig(epochs=2.0, epochs_stage1=1.5, lr=2e-5, lr_stage1=5e-5, distill_lr=1e-5)
     assert (config.stage_epochs("1"), config.stage_epochs("2"), config.stage_epochs("distill")) == (1.5, 2.0, 2.0)
     assert (config.stage_lr("1"), config.stage_lr("2"), config.stage_lr("distill")) == (5e-5, 2e-5, 1e-5)
+
+
+@pytest.mark.parametrize("field, value", [("epochs_stage1", 2.0), ("lr_stage1", 2e-5), ("dense_loss_weight", 0.0),
+                                          ("attention_dropout", 0.1)])
+def test_stage_one_recipe_fields_refuse_a_finished_stage_one(field, value):
+    config = ChainConfig()
+    results = {name: {"settings": stage_settings(config, name, INPUTS)} for name in ("0-start", "1-stage1")}
+    with pytest.raises(ChainSettingsError, match=rf"stage 1-stage1 .*\({field} "):
+        check_settings(results, ChainConfig(**{field: value}), INPUTS, "out/results.json")

@@ -15,7 +15,7 @@ from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_q
 TINY = ["pretrain_steps=2", "pretrain_batch=2", "pretrain_length=32", "query_length=16", "passage_length=32",
         "steps=2", "batch=4", "ce_steps=2", "ce_batch=2", "ce_length=32", "negatives=2", "max_rank=20", "k=40",
         "query_k=20", "corpus_docs=40", "ablation=true", "pretrain=true", "epochs=0", "dev_queries=2",
-        "group=2", "distill=true", "dense_loss_weight=0.5", "attention_dropout=0"]
+        "group=2", "distill=true", "dense_loss_weight=0.5", "attention_dropout=0", "epochs_stage1=0"]
 STAGES = ["1-stage1", "2-stage2", "3-distill"]
 
 
@@ -72,7 +72,8 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     soft = [json.loads(line) for line in (output / chain.ABLATION / "5-soft-labels.jsonl").read_text().splitlines()]
     assert soft and all(len(row["negative_scores"]) == len(row["negatives"]) for row in soft)
     stage1 = [line for line in (output / "chain.log").read_text().splitlines() if "--stage 1 " in line]
-    assert stage1 and all("--dense-loss-weight 0.5 --attention-dropout 0.0" in line for line in stage1)
+    assert stage1 and all("--dense-loss-weight 0.5 --attention-dropout 0.0" in line and "--max-steps 2 " in line
+                          for line in stage1)
     table = (output / "results.md").read_text()
     assert table.count("| DupMAE pre-training: ") == 4 and table.count("| no pre-training (ablation): ") == 4
     assert "| BM25 flat (Pyserini) |" in table
