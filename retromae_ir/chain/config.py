@@ -69,6 +69,13 @@ class ChainConfig:
     attention_dropout: float = 0.0
     pretrain: bool = False  # True: DupMAE pre-training on the corpus first
 
+    def __post_init__(self):
+        # refused here, before the baselines run, rather than when stage 1's command starts
+        if not self.attention_dropout < 1 or self.dense_loss_weight < 0 or self.sparse_loss_weight < 0:
+            raise ValueError(f"chain settings: attention_dropout must be < 1 (negative: the checkpoint's), "
+                             f"dense_loss_weight and sparse_loss_weight >= 0; got {self.attention_dropout}, "
+                             f"{self.dense_loss_weight}, {self.sparse_loss_weight}")
+
     def stage_epochs(self, stage: str) -> float:
         """Passes over the training queries of fine-tuning ``stage`` ("1", "2", "distill"); 0: ``steps`` steps."""
         return self.epochs_stage1 if stage == "1" and self.epochs_stage1 > 0 else self.epochs

@@ -74,3 +74,11 @@ def test_stage_one_recipe_fields_refuse_a_finished_stage_one(field, value):
     results = {name: {"settings": stage_settings(config, name, INPUTS)} for name in ("0-start", "1-stage1")}
     with pytest.raises(ChainSettingsError, match=rf"stage 1-stage1 .*\({field} "):
         check_settings(results, ChainConfig(**{field: value}), INPUTS, "out/results.json")
+
+
+@pytest.mark.parametrize("fields", [{"attention_dropout": 1.0}, {"dense_loss_weight": -1.0}])
+def test_bad_stage_one_settings_are_refused_before_anything_runs(fields):
+    with pytest.raises(ValueError, match="chain settings: attention_dropout must be < 1"):
+        ChainConfig(**fields)
+    with pytest.raises(ValueError, match="chain settings"):
+        ChainConfig().replace([f"{key}={value}" for key, value in fields.items()])
