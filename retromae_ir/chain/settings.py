@@ -14,16 +14,18 @@ from retromae_ir.chain.config import ChainConfig
 
 # the pipeline in order: stage -> the settings (ChainConfig fields, or the run's inputs) that shape it. Fields not
 # listed choose which stages run (pretrain, distill, ablation, evaluate_pretrained) or how a step fits in memory
-# (chunk_passages: gradient caching, same loss and gradients), not what a finished stage computed
+# (chunk_passages: gradient caching, same loss and gradients), not what a finished stage computed. Stage 1 records
+# the epochs and learning rate it ran with (``stage1_epochs``, ``stage1_lr``), so a stage-2 ``epochs`` or ``lr``
+# reuses a finished stage 1
 PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("baseline", ("dataset", "corpus_docs", "dev_queries")),
     ("0-pretrain", ("model", "pretrained", "pretrain_steps", "pretrain_batch", "pretrain_length")),
     ("0-start", ("model", "bf16", "query_length", "passage_length", "k", "query_k", "sparse_weight")),
     ("1-bm25-negatives", ("negatives", "max_rank")),
-    ("1-stage1", ("steps", "epochs", "epochs_stage1", "batch", "group_stage1", "lr", "lr_stage1", "warmup_ratio",
+    ("1-stage1", ("steps", "stage1_epochs", "stage1_lr", "batch", "group_stage1", "warmup_ratio",
                   "sparse_loss_weight", "sparse_temperature", "dense_loss_weight", "attention_dropout")),
     ("2-mined-negatives", ("negatives", "max_rank")),
-    ("2-stage2", ("group",)),
+    ("2-stage2", ("group", "epochs", "lr")),
     ("4-cross-encoder", ("ce_length", "ce_batch", "ce_steps", "ce_lr")),
     ("5-soft-labels", ("teacher",)),
     ("3-distill", ("distill_lr", "calibrate_teacher")),
@@ -43,7 +45,8 @@ def pipeline_stage(name: str) -> str:
 def stage_settings(config: ChainConfig, name: str, inputs: dict) -> dict:
     """The settings that shaped stage ``name``: its own and those of every stage before it. Stages a configuration
     skips (pre-training without ``pretrain``, BM25 negatives with in-batch stage 1) contribute nothing."""
-    values = {**dataclasses.asdict(config), **inputs}
+    values = {**dataclasses.asdict(config), "stage1_epochs": config.stage_epochs("1"),
+              "stage1_lr": config.stage_lr("1"), **inputs}
     skipped = {"0-pretrain"} if not config.pretrain else set()
     skipped |= {"1-bm25-negatives"} if config.group_stage1 == 1 else set()
     settings = {"pretrain": config.pretrain}

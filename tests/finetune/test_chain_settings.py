@@ -14,8 +14,9 @@ def test_a_stage_carries_its_own_settings_and_every_earlier_stages():
     config = ChainConfig()
     stage1 = stage_settings(config, "1-stage1", INPUTS)
     stage2 = stage_settings(config, "2-stage2", INPUTS)
-    assert stage1["lr"] == 2e-5 and "group" not in stage1
-    assert stage2 == {**stage1, "negatives": 15, "max_rank": 200, "group": 8}
+    assert stage1["stage1_lr"] == 5e-5 and stage1["stage1_epochs"] == 1.5 and "group" not in stage1
+    assert "lr" not in stage1 and "epochs" not in stage1  # what stage 1 ran with, not stage 2's settings
+    assert stage2 == {**stage1, "negatives": 15, "max_rank": 200, "group": 8, "epochs": 2.0, "lr": 2e-5}
     assert stage_settings(config, "baseline-bm25", INPUTS) == {"pretrain": False, "dataset": "scifact",
                                                                "corpus_docs": 0, "dev_queries": 100}
     # stages this configuration skips contribute nothing: pre-training, BM25 negatives for an in-batch stage 1
@@ -67,13 +68,24 @@ def test_stage_one_may_train_its_own_epochs_and_learning_rate():
     assert (config.stage_lr("1"), config.stage_lr("2"), config.stage_lr("distill")) == (5e-5, 2e-5, 1e-5)
 
 
-@pytest.mark.parametrize("field, value", [("epochs_stage1", 2.0), ("lr_stage1", 2e-5), ("dense_loss_weight", 0.0),
-                                          ("attention_dropout", 0.1)])
-def test_stage_one_recipe_fields_refuse_a_finished_stage_one(field, value):
+@pytest.mark.parametrize("field, value, recorded", [
+    ("epochs_stage1", 2.0, "stage1_epochs"), ("lr_stage1", 2e-5, "stage1_lr"), ("dense_loss_weight", 0.0, None),
+    ("attention_dropout", 0.1, None), ("lr_stage1", 0.0, "stage1_lr")])  # 0: stage 1 falls back to lr 2e-5
+def test_stage_one_recipe_fields_refuse_a_finished_stage_one(field, value, recorded):
     config = ChainConfig()
     results = {name: {"settings": stage_settings(config, name, INPUTS)} for name in ("0-start", "1-stage1")}
-    with pytest.raises(ChainSettingsError, match=rf"stage 1-stage1 .*\({field} "):
+    with pytest.raises(ChainSettingsError, match=rf"stage 1-stage1 .*\({recorded or field} "):
         check_settings(results, ChainConfig(**{field: value}), INPUTS, "out/results.json")
+
+
+def test_stage_two_epochs_and_lr_reuse_a_finished_stage_one():
+    config = ChainConfig()
+    results = {name: {"settings": stage_settings(config, name, INPUTS)}
+               for name in ("0-start", "1-stage1", "2-mined-negatives")}
+    check_settings(results, ChainConfig(lr=5e-5, epochs=3.0), INPUTS, "out/results.json")
+    # with stage 1 following them (its own values 0), they are stage 1's too
+    with pytest.raises(ChainSettingsError, match=r"stage 1-stage1 .*stage1_lr 5e-05 -> 0.0001"):
+        check_settings(results, ChainConfig(lr=1e-4, lr_stage1=0.0), INPUTS, "out/results.json")
 
 
 @pytest.mark.parametrize("fields", [{"attention_dropout": 1.0}, {"dense_loss_weight": -1.0}])
