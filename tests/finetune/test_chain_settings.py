@@ -16,7 +16,7 @@ def test_a_stage_carries_its_own_settings_and_every_earlier_stages():
     stage2 = stage_settings(config, "2-stage2", INPUTS)
     assert stage1["stage1_lr"] == 5e-5 and stage1["stage1_epochs"] == 1.5 and "group" not in stage1
     assert "lr" not in stage1 and "epochs" not in stage1  # what stage 1 ran with, not stage 2's settings
-    assert stage2 == {**stage1, "negatives": 15, "max_rank": 200, "group": 8, "epochs": 2.0, "lr": 2e-5}
+    assert stage2 == {**stage1, "negatives": 15, "max_rank": 200, "group": 8, "epochs": 2.0, "lr": 5e-5}
     assert stage_settings(config, "baseline-bm25", INPUTS) == {"pretrain": False, "dataset": "scifact",
                                                                "corpus_docs": 0, "dev_queries": 100}
     # stages this configuration skips contribute nothing: pre-training, BM25 negatives for an in-batch stage 1
@@ -70,7 +70,7 @@ def test_stage_one_may_train_its_own_epochs_and_learning_rate():
 
 @pytest.mark.parametrize("field, value, recorded", [
     ("epochs_stage1", 2.0, "stage1_epochs"), ("lr_stage1", 2e-5, "stage1_lr"), ("dense_loss_weight", 0.0, None),
-    ("attention_dropout", 0.1, None), ("lr_stage1", 0.0, "stage1_lr")])  # 0: stage 1 falls back to lr 2e-5
+    ("attention_dropout", 0.1, None), ("lr_stage1", 1e-4, "stage1_lr")])
 def test_stage_one_recipe_fields_refuse_a_finished_stage_one(field, value, recorded):
     config = ChainConfig()
     results = {name: {"settings": stage_settings(config, name, INPUTS)} for name in ("0-start", "1-stage1")}
@@ -82,7 +82,7 @@ def test_stage_two_epochs_and_lr_reuse_a_finished_stage_one():
     config = ChainConfig()
     results = {name: {"settings": stage_settings(config, name, INPUTS)}
                for name in ("0-start", "1-stage1", "2-mined-negatives")}
-    check_settings(results, ChainConfig(lr=5e-5, epochs=3.0), INPUTS, "out/results.json")
+    check_settings(results, ChainConfig(lr=2e-5, epochs=3.0), INPUTS, "out/results.json")
     # with stage 1 following them (its own values 0), they are stage 1's too
     with pytest.raises(ChainSettingsError, match=r"stage 1-stage1 .*stage1_lr 5e-05 -> 0.0001"):
         check_settings(results, ChainConfig(lr=1e-4, lr_stage1=0.0), INPUTS, "out/results.json")

@@ -88,7 +88,7 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     with pytest.raises(SystemExit) as refused:
         chain_main([*argv, "lr=1e-4"])
     assert refused.value.code == 2
-    assert "stage 2-stage2 was made with other settings (lr 2e-05 -> 0.0001)" in capsys.readouterr().err
+    assert "stage 2-stage2 was made with other settings (lr 5e-05 -> 0.0001)" in capsys.readouterr().err
 
     # a given teacher: the chain distils from it and trains no cross-encoder of its own
     given = tmp_path / "given"
