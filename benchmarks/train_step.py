@@ -9,7 +9,7 @@ Rows (best of ``--rounds``, interleaved, seconds a step of ``--batch`` queries a
 - ``DupMAE``: ``BiEncoder.forward`` + the Eq. 12 contrastive loss with the OT side, as ``retromae_ir.finetune
   --stage 1`` runs it without the added dense and OT terms (each costs one [32, 32] score matrix more);
 each with the checkpoint's attention dropout and with ``--attention-dropout 0`` (PyTorch's fused attention kernel).
-The matmul ceiling is measured in the same run (2048 x 2048, the same precision).
+The matmul ceiling is measured in the same run (``encode_search.matmul_ceiling``, 2048 x 2048, the same precision).
 """
 from __future__ import annotations
 
@@ -21,13 +21,6 @@ import sys
 import time
 
 import torch
-
-
-def matmul_ceiling(dtype: torch.dtype, size: int = 2048) -> float:
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(5))
-    return 2 * size ** 3 / best / 1e9
 
 
 def _timed(work) -> float:
@@ -60,6 +53,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast, as the chain on a bf16 CPU")
     args = parser.parse_args(argv)
+    from encode_search import matmul_ceiling  # benchmarks/ is the script's own folder, first on sys.path
+
     from retromae_ir.encode.cards import load_card
     from retromae_ir.encode.representation import pool
     from retromae_ir.finetune.arguments import DataArguments, LossArguments
@@ -95,7 +90,8 @@ def main(argv=None) -> int:
             model.zero_grad(set_to_none=True)
             if round_:
                 rows[name, p] = min(rows[name, p], seconds)
-    ceiling = matmul_ceiling(torch.bfloat16 if args.bf16 else torch.float32)
+    precision_name = "bf16" if args.bf16 else "fp32"
+    ceiling = matmul_ceiling(args.threads, size=2048, dtypes=(precision_name,))[precision_name]
     print(json.dumps({"batch": args.batch, "passage_tokens": int(passages["attention_mask"].sum()),
                       "bf16": args.bf16, "threads": args.threads, "matmul_ceiling_gflops": round(ceiling, 1),
                       "seconds_per_step": {f"{name}, attention dropout {p}": round(s, 3)

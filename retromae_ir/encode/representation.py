@@ -108,7 +108,8 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
         raise ValueError(f"rows and vocab_tile must be positive, got {rows} and {vocab_tile}")
     batch = hidden.shape[0]
     packed = hidden[token_mask.bool()]  # [N, H], documents in order
-    owner = torch.repeat_interleave(torch.arange(batch, device=hidden.device), token_mask.sum(1))  # row -> document
+    counts = token_mask.sum(1)  # ordinary tokens a document
+    owner = torch.repeat_interleave(torch.arange(batch, device=hidden.device), counts)  # row -> document
     with warnings.catch_warnings():  # index_reduce_ warns (once a process) that its API is in beta
         warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta")
         parts = split_lm_head(lm_head)
@@ -121,8 +122,7 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
         transformed = transform(packed)
         trainable = [transformed, decoder.weight] + ([] if decoder.bias is None else [decoder.bias])
         if torch.is_grad_enabled() and any(t.requires_grad for t in trainable):
-            return _TiledMaxPool.apply(transformed, decoder.weight, decoder.bias, owner, token_mask.sum(1),
-                                       rows, vocab_tile)
+            return _TiledMaxPool.apply(transformed, decoder.weight, decoder.bias, owner, counts, rows, vocab_tile)
         return _tiled_max(transformed, decoder.weight, decoder.bias, owner, batch, rows, vocab_tile)
 
 
@@ -165,10 +165,8 @@ class _TiledMaxPool(torch.autograd.Function):
     def backward(ctx, upstream):
         transformed, weight, bias, owner, counts = ctx.saved_tensors
         device, autocast, dtype = ctx.autocast
-        wanted = list(ctx.needs_input_grad[:3])
-        wanted[2] = wanted[2] and ctx.has_bias
-        inputs = (transformed, weight, bias)
-        grads = [torch.zeros_like(inputs[i]) if wanted[i] else None for i in range(3)]
+        wanted = [*ctx.needs_input_grad[:2], ctx.needs_input_grad[2] and ctx.has_bias]
+        grads = [torch.zeros_like(t) if want else None for t, want in zip((transformed, weight, bias), wanted)]
         needed = upstream != 0
         width = int(needed.sum(1).max()) if needed.numel() else 0
         if width == 0 or int(counts.max()) == 0:  # no gradient, or no document has a row to send one to
