@@ -222,11 +222,8 @@ def build(args) -> dict:
         folder = encode_shard(model, docids, texts, index_dir, chunk_size=BLOCK * 4, batch_size=BLOCK)
         timings["generate_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        if args.no_lucene:
-            write_without_lucene(index_dir, card, folder)
-        else:
-            merge(index_dir, card, model.vocab, threads=args.threads, work=folder.parent,
-                  extra={"corpus": "synthetic", "bf16": False})
+        merge(index_dir, card, model.vocab, threads=args.threads, work=folder.parent, lucene=not args.no_lucene,
+              extra={"corpus": "synthetic", "bf16": False})
         timings["merge_s"] = time.perf_counter() - start  # faiss + OT store + collection + Lucene + checksums
     topics = {f"q{i}": f"synthetic query {i}" for i in range(args.queries)}
     with claim_output(work / "queries"):
@@ -244,42 +241,6 @@ def build(args) -> dict:
             "postings_per_doc": postings / args.docs, "ot_store_bytes_per_posting": sizes["ot_store"] / postings}
     done.write_text(json.dumps(info, indent=1))
     return info
-
-
-def write_without_lucene(index_dir: Path, card, folder: Path) -> None:
-    """merge's faiss index, OT store and manifest, without the JsonVectorCollection and the Lucene index (--no-lucene:
-    only our searcher is measured). Chunks are streamed into the store, so the OT vectors are never all in memory."""
-    import faiss
-    import scipy.sparse
-
-    from retromae_ir.encode.manifest import MANIFEST, checksums, write_manifest
-    from retromae_ir.io import atomic_dir
-    from retromae_ir.search.index import STORE_FOLDER, store_manifest_field
-    from retromae_ir.search.ot_store import write_ot_store
-
-    chunks = sorted(folder.glob("chunk-*.npz"))
-    (index_dir / MANIFEST).unlink(missing_ok=True)
-    with atomic_dir(index_dir / "dense") as tmp:
-        index = faiss.IndexFlatIP(card.dims)
-        with open(tmp / "docid", "w") as out:
-            for path in chunks:
-                with np.load(path) as chunk:
-                    index.add(np.ascontiguousarray(chunk["dense"], dtype=np.float32))
-                    out.writelines(f"{d}\n" for d in chunk["docids"].tolist())
-        faiss.write_index(index, str(tmp / "index"))
-        documents = index.ntotal
-        del index
-
-    def ot_chunks():
-        for path in chunks:
-            with np.load(path) as chunk:
-                yield scipy.sparse.csr_matrix((chunk["data"], chunk["indices"], chunk["indptr"]),
-                                              shape=(len(chunk["docids"]), int(chunk["vocab"])))
-
-    with atomic_dir(index_dir / "sparse") as tmp:
-        meta = write_ot_store(tmp / STORE_FOLDER, ot_chunks, card_vocab(chunks[0]))
-    write_manifest(index_dir, card, files=checksums(index_dir, ["dense", "sparse"]), documents=documents,
-                   sparse_postings=meta["postings"], sparse_store=store_manifest_field(), corpus="synthetic")
 
 
 def index_dir(args) -> Path:
@@ -316,11 +277,6 @@ def with_faiss(args) -> dict:
         faiss.write_index(index, str(tmp / "index"))
     return {f"faiss_{args.faiss}_build_s": time.perf_counter() - start,
             f"faiss_{args.faiss}_bytes_per_doc": du(target / "dense" / "index") / args.docs}
-
-
-def card_vocab(chunk_path: Path) -> int:
-    with np.load(chunk_path) as chunk:
-        return int(chunk["vocab"])
 
 
 def load_queries(work: Path):

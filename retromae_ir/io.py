@@ -94,6 +94,18 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     return digest.hexdigest()
 
 
+def pairs_digest(pairs) -> str:
+    """sha256 of (key, text) string pairs, length-prefixed so that no two sequences share one: a corpus's documents
+    or a topic set's queries, by content."""
+    digest = hashlib.sha256()
+    for key, text in pairs:
+        key_bytes, text_bytes = key.encode(), text.encode()
+        digest.update(b"%d %d\n" % (len(key_bytes), len(text_bytes)))
+        digest.update(key_bytes)
+        digest.update(text_bytes)
+    return digest.hexdigest()
+
+
 def _umask() -> int:
     """The process umask (reading it means setting it, so it is set straight back)."""
     mask = os.umask(0o022)

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from retromae_ir.encode.cards import EncoderCard
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, checksums, write_manifest
 from retromae_ir.encode.representation import impact_dicts
-from retromae_ir.io import atomic_dir, atomic_write, claim_output
+from retromae_ir.io import atomic_dir, atomic_write, claim_output, pairs_digest
 from retromae_ir.process import run_child
 
 logger = logging.getLogger(__name__)
@@ -66,23 +66,18 @@ def precision(model) -> str:
 
 def corpus_digest(docids: list[str], texts: list[str]) -> str:
     """sha256 of every document's id and text (length-prefixed, so no two corpora share one): what was encoded."""
-    digest = hashlib.sha256()
-    for docid, text in zip(docids, texts):
-        docid_bytes, text_bytes = docid.encode(), text.encode()
-        digest.update(b"%d %d\n" % (len(docid_bytes), len(text_bytes)))
-        digest.update(docid_bytes)
-        digest.update(text_bytes)
-    return digest.hexdigest()
+    return pairs_digest(zip(docids, texts))
 
 
-def sources(model, docids: list[str], texts: list[str]) -> dict:
-    """Everything the chunks depend on: the card (fingerprint, weight files, passage length), the precision and
-    the documents' ids and texts. Chunks are resumed only under equal sources, so changed texts, retrained
-    weights or another dtype are encoded again instead of being mixed with old vectors."""
+def sources(model, docids: list[str], texts: list[str], chunk_size: int) -> dict:
+    """Everything the chunks depend on: the card (fingerprint, weight files, passage length), the precision, the
+    documents' ids and texts, and the chunk size (chunk files are named by their first document, so chunks cut at
+    another size would overlap or leave gaps). Chunks are resumed only under equal sources, so changed texts,
+    retrained weights, another dtype or chunk size are encoded again instead of being mixed with old vectors."""
     card = model.card
     return {"fingerprint": card.fingerprint(), "weights": card.weight_digests(),
             "max_passage_length": card.max_passage_length, "precision": precision(model),
-            "documents": len(docids), "corpus_digest": corpus_digest(docids, texts)}
+            "documents": len(docids), "corpus_digest": corpus_digest(docids, texts), "chunk_size": chunk_size}
 
 
 def work_dir(output: Path, source: dict, shard_num: int) -> Path:
@@ -96,7 +91,7 @@ def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard
     """Encode this shard's chunks that are not on disk yet; mark the shard done. Returns the shard folder, which
     is locked meanwhile: shards of one output run side by side, but each shard in one process only."""
     start, end = shard_range(len(docids), shard_id, shard_num)
-    source = sources(model, docids, texts)
+    source = sources(model, docids, texts, chunk_size)
     root = work_dir(output, source, shard_num)
     folder = root / f"shard-{shard_id}"
     with claim_output(folder):
@@ -162,24 +157,51 @@ def _unfinished(root: Path, shard_num: int) -> list[int]:
     return [shard_id for shard_id in range(shard_num) if not (root / f"shard-{shard_id}" / "DONE").is_file()]
 
 
-def _load_shards(root: Path, card: EncoderCard, shard_num: int):
-    docids, dense, sparse = [], [], []
+def _chunk_paths(root: Path, shard_num: int, documents: int) -> list[Path]:
+    """The chunk files of every shard in corpus order. An unfinished shard, no chunk at all, or chunks that do not
+    tile documents [0, ``documents``) exactly once (a gap, an overlap) are refused before anything is written."""
+    paths = []
     for shard_id in range(shard_num):
         folder = root / f"shard-{shard_id}"
         if not (folder / "DONE").is_file():
             raise IndexMismatchError(f"shard {shard_id} of {shard_num} is not finished ({folder}): run it "
                                      f"(--shard-id {shard_id} --shard-num {shard_num}) before merging")
-        for path in sorted(folder.glob("chunk-*.npz")):
-            with np.load(path) as chunk:
-                docids.extend(chunk["docids"].tolist())
-                dense.append(chunk["dense"])
-                if card.sparse:
-                    sparse.append(scipy.sparse.csr_matrix(
-                        (chunk["data"], chunk["indices"], chunk["indptr"]),
-                        shape=(len(chunk["docids"]), int(chunk["vocab"]))))
-    if not docids:
+        paths.extend(sorted(folder.glob("chunk-*.npz")))
+    if not paths:
         raise IndexMismatchError(f"no encoded chunks under {root}")
-    return docids, np.concatenate(dense), (scipy.sparse.vstack(sparse, format="csr") if sparse else None)
+    covered = 0
+    for path in paths:
+        first = int(path.stem.split("-")[1])
+        if first != covered:
+            raise IndexMismatchError(f"{path} starts at document {first}, the chunks before it end at {covered}: "
+                                     f"the chunks under {root} do not tile the corpus; remove it and encode again")
+        covered += len(_chunk_field(path, "docids"))
+    if covered != documents:
+        raise IndexMismatchError(f"the chunks under {root} hold {covered} documents, the corpus has {documents}: "
+                                 f"remove it and encode again")
+    return paths
+
+
+def _dense_chunks(paths: list[Path]):
+    """(docids, dense vectors) of each chunk, one chunk in memory at a time."""
+    for path in tqdm(paths, desc="merge: dense", unit="chunk"):
+        with np.load(path) as chunk:
+            yield chunk["docids"].tolist(), chunk["dense"]
+
+
+def _sparse_chunks(paths: list[Path]):
+    """(docids, OT rows as CSR) of each chunk, one chunk in memory at a time: merging never holds a corpus's
+    OT vectors (MS MARCO's are 27 GB as float32 + int32 ids)."""
+    for path in tqdm(paths, desc="merge: sparse", unit="chunk"):
+        with np.load(path) as chunk:
+            docids = chunk["docids"].tolist()
+            yield docids, scipy.sparse.csr_matrix((chunk["data"], chunk["indices"], chunk["indptr"]),
+                                                  shape=(len(docids), int(chunk["vocab"])))
+
+
+def _chunk_field(path: Path, field: str) -> np.ndarray:
+    with np.load(path) as chunk:
+        return chunk[field]
 
 
 def prune_work(output: Path, keep: Path) -> None:
@@ -198,32 +220,29 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
     :func:`find_work`) into DIR/dense and DIR/sparse, build the Lucene impact index (unless ``lucene`` is False:
     a host without Java, where only the exact hybrid searcher reads the index), write the manifest.
     The caller holds the output's lock."""
-    import faiss
-
     output = Path(output)
     work = Path(work) if work is not None else find_work(output, card, shard_num, int8)
     source = _read_source(work) or {}
     if source.get("fingerprint") != card.fingerprint() or source.get("weights") != card.weight_digests():
         raise IndexMismatchError(f"{work} was not encoded with card {card.name!r} and its current weights")
-    docids, dense, sparse = _load_shards(work, card, shard_num)
-    if dense.shape[1] != card.dims:
-        raise IndexMismatchError(f"encoded vectors have {dense.shape[1]} dimensions, the card says {card.dims}")
+    paths = _chunk_paths(work, shard_num, source["documents"])
+    dims = _chunk_field(paths[0], "dense").shape[1]
+    if dims != card.dims:
+        raise IndexMismatchError(f"encoded vectors have {dims} dimensions, the card says {card.dims}")
     (output / MANIFEST).unlink(missing_ok=True)  # the parts change one by one: until the new manifest, incomplete
     with atomic_dir(output / "dense") as tmp:
-        index = faiss.IndexFlatIP(card.dims)
-        index.add(np.ascontiguousarray(dense, dtype=np.float32))
-        faiss.write_index(index, str(tmp / "index"))
-        (tmp / "docid").write_text("".join(f"{docid}\n" for docid in docids))
+        documents = write_dense(tmp, card, _dense_chunks(paths))
     parts = ["dense"]
-    fields = {"documents": len(docids), "shards": shard_num, "int8": source["precision"] == "int8",
+    fields = {"documents": documents, "shards": shard_num, "int8": source["precision"] == "int8",
               "precision": source["precision"], "corpus_digest": source["corpus_digest"], **(extra or {})}
-    if sparse is not None:
+    if card.sparse:
         from retromae_ir.search.index import store_manifest_field
 
         with atomic_dir(output / "sparse") as tmp:
-            write_sparse(tmp, card, vocab, docids, sparse, threads, lucene)
+            postings = write_sparse(tmp, card, vocab, int(_chunk_field(paths[0], "vocab")),
+                                    lambda: _sparse_chunks(paths), threads, lucene)
         parts.append("sparse")
-        fields.update(sparse_postings=int(sparse.nnz), sparse_store=store_manifest_field(), lucene=lucene)
+        fields.update(sparse_postings=postings, sparse_store=store_manifest_field(), lucene=lucene)
     elif (output / "sparse").exists():
         shutil.rmtree(output / "sparse")  # an earlier card's sparse side does not describe these documents
     manifest = write_manifest(output, card, files=checksums(output, parts), **fields)
@@ -231,23 +250,40 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
     return manifest
 
 
-def write_sparse(folder: Path, card: EncoderCard, vocab: list[str], docids: list[str], sparse: scipy.sparse.csr_matrix,
-                 threads: int, lucene: bool = True) -> None:
+def write_dense(folder: Path, card: EncoderCard, chunks) -> int:
+    """The faiss IndexFlatIP and the docid file (one line a row) of the (docids, dense) ``chunks``; their count."""
+    import faiss
+
+    index = faiss.IndexFlatIP(card.dims)
+    with open(folder / "docid", "w") as out:
+        for docids, dense in chunks:
+            if dense.shape[1] != card.dims:
+                raise IndexMismatchError(f"encoded vectors have {dense.shape[1]} dimensions, the card says {card.dims}")
+            index.add(np.ascontiguousarray(dense, dtype=np.float32))
+            out.writelines(f"{docid}\n" for docid in docids)
+    faiss.write_index(index, str(folder / "index"))
+    return index.ntotal
+
+
+def write_sparse(folder: Path, card: EncoderCard, vocab: list[str], width: int, chunks, threads: int,
+                 lucene: bool = True) -> int:
     """The OT store (float16, term-major: exact scoring), and with ``lucene`` the JsonVectorCollection of integer
-    impacts and its Lucene impact index."""
+    impacts and its Lucene impact index. ``chunks()`` yields (docids, [rows, width] OT rows) in corpus order and is
+    called once a pass (two for the store, one for the collection). Returns the number of postings."""
     from retromae_ir.search.index import STORE_FOLDER
     from retromae_ir.search.ot_store import write_ot_store
 
-    write_ot_store(folder / STORE_FOLDER, lambda: [sparse], sparse.shape[1])
-    if not lucene:
-        return
-    (folder / "collection").mkdir()
-    with open(folder / "collection" / "docs.jsonl", "w") as out:
-        for start in range(0, len(docids), 10000):
-            rows = impact_dicts(sparse[start:start + 10000], vocab, card.scale)
-            for docid, vector in zip(docids[start:start + 10000], rows):
-                out.write(json.dumps({"id": docid, "contents": "", "vector": vector}) + "\n")
-    build_impact_index(folder / "collection", folder / "index", threads)
+    meta = write_ot_store(folder / STORE_FOLDER, lambda: (rows for _, rows in chunks()), width)
+    if lucene:
+        (folder / "collection").mkdir()
+        with open(folder / "collection" / "docs.jsonl", "w") as out:
+            for docids, rows in chunks():
+                for start in range(0, len(docids), 10000):
+                    vectors = impact_dicts(rows[start:start + 10000], vocab, card.scale)
+                    for docid, vector in zip(docids[start:start + 10000], vectors):
+                        out.write(json.dumps({"id": docid, "contents": "", "vector": vector}) + "\n")
+        build_impact_index(folder / "collection", folder / "index", threads)
+    return meta["postings"]
 
 
 def build_impact_index(collection: Path, index: Path, threads: int = 1) -> None:

@@ -259,7 +259,7 @@ def build_index(model, corpus: Path, index_dir: Path, shard_id: int | None = Non
         if shard_count == 1:
             work = encode_shard(model, docids, texts, index_dir, 0, 1, chunk_size, batch_size).parent
         else:
-            work = work_dir(index_dir, sources(model, docids, texts), shard_count)
+            work = work_dir(index_dir, sources(model, docids, texts, chunk_size), shard_count)
         del texts
         merge(index_dir, model.card, model.vocab, shard_count, threads, work=work,
               extra={"corpus": str(corpus), "weights": model.card.weight_digests(), "bf16": model.bf16})

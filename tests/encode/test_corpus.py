@@ -80,3 +80,60 @@ def test_chunks_of_another_corpus_are_not_resumed_onto(dense_model, tmp_path):
     first = encode_shard(dense_model, IDS, DOCS, tmp_path, chunk_size=4)
     second = encode_shard(dense_model, IDS[:-1] + ["other"], DOCS, tmp_path, chunk_size=4)
     assert first != second and len(list(second.glob("chunk-*.npz"))) == 3
+
+
+@pytest.fixture(scope="module")
+def dupmae_model(tiny_bert_dir, tmp_path_factory):
+    card = tmp_path_factory.mktemp("card") / "tiny-dupmae.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: dupmae\ndims: 32\nk: 12\nmax_passage_length: 16\n")
+    return EncoderModel.from_card(card, device="cpu")
+
+
+def test_merge_streams_shards_of_several_chunks_into_the_one_pass_sparse_index(dupmae_model, tmp_path):
+    """merge reads the chunks one at a time (two shards of two chunks each here); the OT store and the
+    JsonVectorCollection equal those of the whole corpus encoded at once, rows in corpus order."""
+    import json
+
+    from retromae_ir.encode.representation import impact_dicts
+    from retromae_ir.search.ot_store import OTStore
+
+    for shard in (1, 0):
+        encode_shard(dupmae_model, IDS, DOCS, tmp_path, shard, 2, chunk_size=3)
+    assert len(list((tmp_path / ".work").glob("*/shard-*/chunk-*.npz"))) == 4
+    merge(tmp_path, dupmae_model.card, dupmae_model.vocab, shard_num=2)
+    whole = dupmae_model.encode_passage(DOCS).sparse
+    stored, expected = OTStore.open(tmp_path / "sparse" / "ot"), OTStore.from_csr(whole)
+    for name in ("offsets", "docs", "weights"):
+        np.testing.assert_array_equal(np.asarray(getattr(stored, name)), getattr(expected, name))
+    lines = [json.loads(line) for line in (tmp_path / "sparse" / "collection" / "docs.jsonl").open()]
+    assert [line["id"] for line in lines] == IDS
+    assert [line["vector"] for line in lines] == impact_dicts(whole, dupmae_model.vocab, dupmae_model.card.scale)
+    manifest = read_manifest(tmp_path)
+    assert manifest["documents"] == 11 and manifest["sparse_postings"] == whole.nnz == 11 * 12
+    assert _vectors(tmp_path)[0] == IDS
+
+
+def test_a_resume_with_another_chunk_size_gives_the_corpus_once(dense_model, tmp_path):
+    """Chunks are named by their first document: a run interrupted at chunk size 3 and resumed at 4 must not mix
+    the two (that gave 12 rows for 11 documents); chunks that do not tile the corpus are refused at merge."""
+    import shutil
+
+    first = encode_shard(dense_model, IDS, DOCS, tmp_path / "out", chunk_size=3)
+    (first / "DONE").unlink()  # interrupted after its chunks 0 and 3
+    for chunk in sorted(first.glob("chunk-*.npz"))[2:]:
+        chunk.unlink()
+    second = encode_shard(dense_model, IDS, DOCS, tmp_path / "out", chunk_size=4)
+    assert second != first
+    merge(tmp_path / "out", dense_model.card, dense_model.vocab)
+    assert _vectors(tmp_path / "out")[0] == IDS and read_manifest(tmp_path / "out")["documents"] == 11
+
+    threes = encode_shard(dense_model, IDS, DOCS, tmp_path / "mixed", chunk_size=3)
+    fours = encode_shard(dense_model, IDS, DOCS, tmp_path / "fours", chunk_size=4)
+    shutil.copy(fours / "chunk-000000000004.npz", threes)  # overlaps documents 4-5 of chunk 3
+    with pytest.raises(IndexMismatchError, match="starts at document 4, the chunks before it end at 6"):
+        merge(tmp_path / "mixed", dense_model.card, dense_model.vocab, work=threes.parent)
+    (threes / "chunk-000000000004.npz").unlink()
+    (threes / "chunk-000000000009.npz").unlink()  # a gap at the end
+    with pytest.raises(IndexMismatchError, match="hold 9 documents, the corpus has 11"):
+        merge(tmp_path / "mixed", dense_model.card, dense_model.vocab, work=threes.parent)
+    assert not (tmp_path / "mixed" / "dense").exists()
