@@ -124,6 +124,11 @@ class BM25Retriever:
         self.params = params
         self.threads = threads
 
+    def run_key(self, corpus: Path) -> dict:
+        """What its runs depend on besides the queries: the parameters and the corpus bytes."""
+        return {"retriever": "bm25", "k1": self.params.k1, "b": self.params.b, "hits": self.params.hits,
+                "corpus_sha256": file_digest(corpus)}
+
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
         index = build_index(corpus, self.index_root / index_name, self.threads)
         return BM25Searcher(index, self.params, self.threads).search(queries)

@@ -19,7 +19,7 @@ from retromae_ir.data.readers import load_beir_queries, load_qrels
 from retromae_ir.evaluate.metrics import evaluate_run, remove_self_hits
 from retromae_ir.evaluate.references import REFERENCE_COLUMNS
 from retromae_ir.evaluate.report import write_bar_chart, write_table
-from retromae_ir.evaluate.runs import cached_run, require_documents
+from retromae_ir.evaluate.runs import cached_run, require_documents, run_key
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +32,9 @@ class Retriever(Protocol):
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> Run:
         """Top documents of ``corpus`` for each query; indexes it builds are kept under ``index_name``."""
+
+    def run_key(self, corpus: Path) -> dict:
+        """Everything but the queries that its runs of ``corpus`` depend on (the run cache's key)."""
 
 
 @dataclass
@@ -79,8 +82,9 @@ class BeirSuite:
             run = self.retriever.retrieve(corpus, part.name, queries)
             return remove_self_hits(run) if drop_self_hits else run
 
+        key = run_key(self.retriever, corpus, queries, drop_self_hits=drop_self_hits)
         cached = cached_run(self.runs_dir / f"beir-{part.name}.trec", retrieve, queries, self.retriever.name[:12],
-                            self.force)
+                            key, self.force)
         return DatasetResult(part.name, "reused" if cached.reused else "ok",
                              evaluate_run(cached.run, qrels, SUITE_METRICS), len(queries), no_hits=len(cached.no_hits))
 

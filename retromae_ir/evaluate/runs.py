@@ -1,10 +1,14 @@
 """The run cache the evaluation drivers share (the run files themselves: ``retromae_ir.runs``).
 
 ``cached_run`` writes a run file only for a run that passed ``checked_run`` (hits for at least one query; the judged
-queries without any are reported), so a failed retrieval is never reused as a result.
+queries without any are reported), so a failed retrieval is never reused as a result. Beside each run file it writes
+the run's key (``<run>.key.json``: the retriever's model or parameters, the corpus bytes, the query texts); a run
+file is reused only under an equal key, so another checkpoint of the same card name, retrained weights, other BM25
+parameters or a changed corpus are retrieved again instead of scored from an old run.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -12,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from retromae_ir.data.readers import iter_corpus
+from retromae_ir.io import atomic_write, pairs_digest
 from retromae_ir.runs import Run, read_trec_run, write_trec_run
 
 logger = logging.getLogger(__name__)
@@ -42,16 +47,31 @@ def checked_run(run: Run, queries: int, where: str) -> Run:
     return kept
 
 
+def run_key(retriever, corpus: str | os.PathLike, queries: dict[str, str], **extra) -> dict:
+    """What a run depends on: ``retriever.run_key(corpus)`` (its model or parameters and the corpus bytes), the
+    query ids and texts, and ``extra`` (a driver's own post-processing)."""
+    return {**retriever.run_key(Path(corpus)), "queries_sha256": pairs_digest(sorted(queries.items())), **extra}
+
+
+def key_path(path: Path) -> Path:
+    return path.with_name(path.name + ".key.json")
+
+
 def cached_run(path: str | os.PathLike, retrieve: Callable[[], Run], queries: Iterable[str], tag: str,
-               force: bool = False) -> CachedRun:
-    """The run in ``path`` unless ``force`` (or it is not usable, see ``_reusable``); else ``retrieve()``'s, written
-    to ``path`` atomically once it has passed ``checked_run``. Judged queries without hits are logged and returned."""
+               key: dict, force: bool = False) -> CachedRun:
+    """The run in ``path`` if it was made under ``key`` (see ``run_key``) and is usable, unless ``force``; else
+    ``retrieve()``'s, written to ``path`` atomically once it has passed ``checked_run``, then its key. Judged
+    queries without hits are logged and returned."""
     path, queries = Path(path), list(queries)
-    run = None if force else _reusable(path, len(queries))
+    key = json.loads(json.dumps(key, sort_keys=True))  # as it reads back from the file
+    run = None if force else _reusable(path, len(queries), key)
     reused = run is not None
     if run is None:
         run = checked_run(retrieve(), len(queries), f"{path.name}: retrieval")
+        key_path(path).unlink(missing_ok=True)  # until the new key is written, the run file is not reusable
         write_trec_run(path, run, tag)
+        with atomic_write(key_path(path)) as out:
+            json.dump(key, out, indent=1, sort_keys=True)
     no_hits = sorted(set(queries) - set(run))
     if no_hits:
         logger.warning("%s: %d of %d judged queries have no hits (they score 0), e.g. %s", path, len(no_hits),
@@ -59,10 +79,17 @@ def cached_run(path: str | os.PathLike, retrieve: Callable[[], Run], queries: It
     return CachedRun(run, reused, no_hits)
 
 
-def _reusable(path: Path, queries: int) -> Run | None:
-    """The run in ``path`` if it exists and passes the reader and ``checked_run``; a file that does not (e.g. the
-    empty run an older version cached after a failed retrieval) is reported and redone, not scored."""
+def _reusable(path: Path, queries: int, key: dict) -> Run | None:
+    """The run in ``path`` if it exists, was made under ``key`` and passes the reader and ``checked_run``; any other
+    (no key: an older version's or an interrupted write; another key; the empty run an older version cached after a
+    failed retrieval) is reported and redone, not scored."""
     if not path.is_file():
+        return None
+    recorded = json.loads(key_path(path).read_text()) if key_path(path).is_file() else None
+    if recorded != key:
+        differing = "no key recorded" if recorded is None else "made with other " + ", ".join(
+            sorted(name for name in set(key) | set(recorded) if key.get(name) != recorded.get(name)))
+        logger.warning("%s is not reused (%s): retrieving again", path, differing)
         return None
     try:
         run = checked_run(read_trec_run(path), queries, str(path))

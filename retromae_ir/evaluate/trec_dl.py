@@ -12,7 +12,7 @@ from pathlib import Path
 
 from retromae_ir.data.readers import load_qrels, load_topics
 from retromae_ir.evaluate.metrics import TREC_DL_MIN_RELEVANCE, evaluate_run
-from retromae_ir.evaluate.runs import cached_run, require_documents
+from retromae_ir.evaluate.runs import cached_run, require_documents, run_key
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,6 @@ def evaluate_topic_set(retriever, collection: Path, topic_set: TopicSet, runs_di
     require_documents(collection)
     cached = cached_run(Path(runs_dir) / f"{topic_set.name}.trec",
                         lambda: retriever.retrieve(Path(collection), "msmarco-passage", topics), topics,
-                        retriever.name[:12], force)
+                        retriever.name[:12], run_key(retriever, collection, topics), force)
     scores = evaluate_run(cached.run, qrels, topic_set.metrics, topic_set.min_relevance)
     return {"queries": len(topics), **scores}

@@ -29,7 +29,7 @@ class EncoderRetriever:
 
     def __init__(self, card, mode: str | None = None, index_root: Path = Path("indexes"), hits: int = 1000,
                  batch_size: int = 64, threads: int = 2, bf16: bool | None = None, int8: bool = False,
-                 lucene: bool = True, device: str | None = None):
+                 lucene: bool = True, device: str | None = None, candidates: int = 1000):
         self.card = load_card(card)
         self.mode = mode or default_mode(self.card)
         if self.mode != "dense" and not self.card.sparse:
@@ -39,6 +39,7 @@ class EncoderRetriever:
         self.hits, self.batch_size, self.threads, self.bf16, self.int8 = hits, batch_size, threads, bf16, int8
         self.lucene = lucene  # False: no Lucene impact index (a host without Java); the exact searcher needs none
         self.device = device  # None: cuda when available (int8 needs "cpu")
+        self.candidates = candidates  # K': each side's top K' nominate the candidates scored exactly
 
     @cached_property
     def model(self):
@@ -84,10 +85,19 @@ class EncoderRetriever:
                   extra={"corpus": str(corpus), "bf16": self.model.bf16, **digests}, lucene=self.lucene)
         return index_dir
 
+    def run_key(self, corpus: Path) -> dict:
+        """What its runs depend on besides the queries: the card, the weights and corpus bytes its index is built
+        from, the precision, the search mode, depth and candidates (the run cache's key)."""
+        from retromae_ir.encode.corpus import precision
+
+        return {"retriever": "encoder", "fingerprint": self.card.fingerprint(), **self.source_digests(corpus),
+                "precision": precision(self.model), "mode": self.mode, "hits": self.hits,
+                "candidates": self.candidates}
+
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
         from retromae_ir.search.exact_hybrid import ExactHybridSearcher
 
         searcher = ExactHybridSearcher(self.build_index(Path(corpus), index_name), self.model, self.mode,
-                                       threads=self.threads)
+                                       candidates=self.candidates, threads=self.threads)
         return searcher.batch_search(list(queries.values()), list(queries), k=self.hits, batch_size=self.batch_size)
 

@@ -9,14 +9,26 @@ import pytest
 
 from retromae_ir.data.beir import CQADUPSTACK_SUBFORUMS
 from retromae_ir.evaluate.beir_suite import BeirSuite, DatasetResult, results_frame, write_results
+from retromae_ir.evaluate.runs import key_path, run_key
+from retromae_ir.io import file_digest
 from retromae_ir.runs import write_trec_run
 
 
 class NoRetriever:
     name = "fixed"
 
+    def run_key(self, corpus):
+        return {"retriever": "fixed"}
+
     def retrieve(self, *args):
         raise AssertionError("the run files are given: nothing may be retrieved")
+
+
+def write_given_run(path: Path, run, retriever, folder: Path, drop_self_hits: bool = False) -> None:
+    """A run file with the key the suite computes for ``retriever`` over the part in ``folder``."""
+    write_trec_run(path, run, "t")
+    key = run_key(retriever, folder / "corpus.jsonl", {"q": "q"}, drop_self_hits=drop_self_hits)
+    key_path(path).write_text(json.dumps(key))
 
 
 def write_part(folder: Path) -> None:
@@ -33,7 +45,8 @@ def test_cqadupstack_is_the_mean_of_its_subforums(tmp_path):
         write_part(tmp_path / "data" / "cqadupstack" / sub)
         # relevant document first in half the subforums, second in the other half
         order = ["b", "a", "c"] if i % 2 == 0 else ["a", "b", "c"]
-        write_trec_run(runs / f"beir-cqadupstack-{sub}.trec", {"q": {d: 3.0 - r for r, d in enumerate(order)}}, "t")
+        write_given_run(runs / f"beir-cqadupstack-{sub}.trec", {"q": {d: 3.0 - r for r, d in enumerate(order)}},
+                        NoRetriever(), tmp_path / "data" / "cqadupstack" / sub)
     result = BeirSuite(NoRetriever(), runs, tmp_path / "data", download=False).run_dataset("cqadupstack")
     assert result.status == "reused" and result.queries == 12
     # nDCG@10: 1 at rank 1, 1/log2(3) at rank 2; recall@100 is 1 everywhere
@@ -81,8 +94,11 @@ class StubRetriever:
 
     name = "stub"
 
-    def __init__(self, hits: dict[str, dict[str, float]]):
-        self.hits, self.calls = hits, 0
+    def __init__(self, hits: dict[str, dict[str, float]], version: int = 1):
+        self.hits, self.calls, self.version = hits, 0, version
+
+    def run_key(self, corpus):
+        return {"retriever": "stub", "version": self.version, "corpus_sha256": file_digest(corpus)}
 
     def retrieve(self, corpus, index_name, queries):
         self.calls += 1
@@ -130,3 +146,36 @@ def test_judged_queries_without_hits_are_reported(tmp_path):
         assert (result.status, result.no_hits, result.metrics["ndcg@10"]) == (status, 1, 0.5)
     write_results([result], "stub", tmp_path)
     assert "scifact: 1 of 2 judged queries have no hits (scored 0)" in (tmp_path / "beir-results.md").read_text()
+
+
+def test_a_run_is_reused_only_under_its_key(tmp_path, caplog):
+    """Same retriever name, other model (version), corpus or query text: retrieved again, never scored from the
+    old run file; a run file without a key (an older version's) is redone too."""
+    folder = tmp_path / "data" / "scifact"
+    write_part(folder)
+    runs = tmp_path / "runs"
+    first = StubRetriever({"q": {"b": 2.0, "a": 1.0}})
+    assert BeirSuite(first, runs, tmp_path / "data", download=False).run_dataset("scifact").status == "ok"
+    assert BeirSuite(first, runs, tmp_path / "data", download=False).run_dataset("scifact").status == "reused"
+    retrained = StubRetriever({"q": {"a": 2.0, "b": 1.0}}, version=2)  # same name "stub", other weights
+    result = BeirSuite(retrained, runs, tmp_path / "data", download=False).run_dataset("scifact")
+    assert (result.status, retrained.calls) == ("ok", 1)
+    assert result.metrics["ndcg@10"] == pytest.approx(1 / math.log2(3))  # its own run, not the first one's
+    assert "made with other version" in caplog.text
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": d * 2}) + "\n" for d in "abc"))
+    assert BeirSuite(retrained, runs, tmp_path / "data", download=False).run_dataset("scifact").status == "ok"
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "another question"}) + "\n")
+    assert BeirSuite(retrained, runs, tmp_path / "data", download=False).run_dataset("scifact").status == "ok"
+    key_path(runs / "beir-scifact.trec").unlink()
+    assert BeirSuite(retrained, runs, tmp_path / "data", download=False).run_dataset("scifact").status == "ok"
+    assert retrained.calls == 4 and "no key recorded" in caplog.text
+
+
+def test_bm25_run_key_names_its_parameters_and_the_corpus_bytes(tmp_path):
+    from retromae_ir.bm25 import BM25Params, BM25Retriever
+
+    write_part(tmp_path)
+    corpus = tmp_path / "corpus.jsonl"
+    default = BM25Retriever(tmp_path / "idx").run_key(corpus)
+    assert default == {"retriever": "bm25", "k1": 0.9, "b": 0.4, "hits": 1000, "corpus_sha256": file_digest(corpus)}
+    assert BM25Retriever(tmp_path / "idx", BM25Params(k1=1.2)).run_key(corpus)["k1"] == 1.2

@@ -33,7 +33,7 @@ def test_retrained_checkpoint_is_encoded_again(tmp_path, tiny_bert_dir, monkeypa
     card.write_text(f"checkpoint: {checkpoint}\nkind: dupmae\ndims: 32\nk: 16\nmax_passage_length: 32\n")
     retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1)
     index_dir = retriever.build_index(CORPUS, "handful")
-    before = dense_vectors(index_dir)
+    before, key_before = dense_vectors(index_dir), retriever.run_key(CORPUS)
 
     calls = []
     original = corpus.encode_shard
@@ -46,9 +46,14 @@ def test_retrained_checkpoint_is_encoded_again(tmp_path, tiny_bert_dir, monkeypa
     with torch.no_grad():
         model.bert.embeddings.word_embeddings.weight.mul_(2.0)
     model.save_pretrained(checkpoint)  # "trained again" into the same directory
-    EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1).build_index(CORPUS, "handful")
+    retrained = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1)
+    retrained.build_index(CORPUS, "handful")
     assert calls == [1]
     assert not np.allclose(dense_vectors(index_dir), before)
+    # and the evaluation drivers' run files of the old weights are not reused: the run key names the weights
+    changed = {name for name in key_before if retrained.run_key(CORPUS)[name] != key_before[name]}
+    assert changed and all(name.endswith("_sha256") and name != "corpus_sha256" for name in changed)
+    assert EncoderRetriever(str(card), "dense", index_root=tmp_path / "indexes").run_key(CORPUS)["mode"] == "dense"
 
 
 @pytest.mark.jvm
