@@ -94,6 +94,14 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     return digest.hexdigest()
 
 
+def weight_file_digests(folder: str | os.PathLike) -> dict[str, str]:
+    """sha256 of each weight file (``*.safetensors``, ``*.bin``) in a checkpoint folder, by file name: a checkpoint
+    trained again into the same folder keeps its path and config but not these."""
+    folder = Path(folder)
+    files = sorted({*folder.glob("*.safetensors"), *folder.glob("*.bin")})
+    return {weights.name: file_digest(weights) for weights in files}
+
+
 def pairs_digest(pairs) -> str:
     """sha256 of (key, text) string pairs, length-prefixed so that no two sequences share one: a corpus's documents
     or a topic set's queries, by content."""

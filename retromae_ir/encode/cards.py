@@ -108,7 +108,7 @@ class EncoderCard:
         name's cached snapshot (so another revision is another key; {} when the hub name is not cached): a
         checkpoint trained again into the same folder keeps the card's fingerprint but not these."""
         from retromae_ir.encode.declared import checkpoint_file
-        from retromae_ir.io import file_digest
+        from retromae_ir.io import weight_file_digests
 
         checkpoint = Path(self.checkpoint_path())
         if not checkpoint.is_dir():
@@ -116,8 +116,7 @@ class EncoderCard:
             if config is None:
                 return {}
             checkpoint = Path(config).parent
-        files = sorted({*checkpoint.glob("*.safetensors"), *checkpoint.glob("*.bin")})
-        return {weights.name: file_digest(weights) for weights in files}
+        return weight_file_digests(checkpoint)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

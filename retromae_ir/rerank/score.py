@@ -2,7 +2,9 @@
 
 The output is the input with ``positive_scores`` / ``negative_scores`` added (what ``--stage distill`` reads).
 Records are appended to ``OUTPUT.partial`` a chunk of queries at a time; a rerun continues after the last
-complete record, and the file is renamed to OUTPUT when every query is scored.
+complete record, and the file is renamed to OUTPUT when every query is scored. A rerun continues only a partial file
+of the same inputs (``OUTPUT.partial.key.json``: the cross-encoder's weight files and max length, the input and
+corpus bytes); any other partial file is started over, so an output never mixes two models' or inputs' scores.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
 from retromae_ir.finetune.data import load_passages, read_jsonl_examples
+from retromae_ir.io import atomic_write, file_digest, weight_file_digests
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +44,34 @@ def _completed(partial: Path) -> int:
     return complete.count("\n")
 
 
+def score_key(model, args: ScoreArguments) -> dict:
+    """What the scores depend on: the cross-encoder's weight files and max length, the input and corpus bytes."""
+    folder = Path(model.args.model)
+    return {"model_weights": weight_file_digests(folder) if folder.is_dir() else model.args.model,
+            "max_length": model.args.max_length, "input_sha256": file_digest(args.input),
+            "corpus_sha256": file_digest(args.corpus) if args.corpus else None}
+
+
+def _resume(partial: Path, key: dict) -> int:
+    """Records of ``partial`` to keep: its complete ones when it was written under ``key``, else none (a partial
+    file of other inputs is deleted); the key of the file to be written is in place before it returns."""
+    key_file = partial.with_name(partial.name + ".key.json")
+    recorded = json.loads(key_file.read_text()) if key_file.is_file() else None
+    if partial.is_file() and recorded != key:
+        logger.warning("%s was written with another model or input: scoring from the start", partial)
+        partial.unlink()
+    with atomic_write(key_file) as out:
+        json.dump(key, out, indent=1, sort_keys=True)
+    return _completed(partial)
+
+
 def score_file(model, args: ScoreArguments) -> Path:
     corpus = load_passages(args.corpus) if args.corpus else None
     examples = read_jsonl_examples(args.input, corpus)
     records = [json.loads(line) for _, line in iter_lines(args.input)]
     output = Path(args.output)
     partial = output.with_name(output.name + ".partial")
-    done = _completed(partial)
+    done = _resume(partial, json.loads(json.dumps(score_key(model, args))))
     if done:
         logger.info("%s: continuing after %d scored queries", partial, done)
     model.eval()
@@ -67,5 +91,6 @@ def score_file(model, args: ScoreArguments) -> Path:
                 offset = end
             out.flush()
     os.replace(partial, output)
+    partial.with_name(partial.name + ".key.json").unlink()
     logger.info("%s: %d queries scored", output, len(examples))
     return output

@@ -59,11 +59,55 @@ def test_scores_align_with_candidates_and_resume(cross_encoder, tmp_path):
 
     # an interrupted run: one complete record and a torn one; the rerun scores the rest only
     (tmp_path / "scored.jsonl").unlink()
-    (tmp_path / "scored.jsonl.partial").write_text(fresh[0] + "\n" + fresh[1][:20])
-    resumed = score_file(cross_encoder, args).read_text().splitlines()
+    interrupted(cross_encoder, args)
+    (tmp_path / "scored.jsonl.partial").write_text(fresh[0] + "\n" + fresh[1][:20])  # torn while writing record 2
+    scored = []
+    original = cross_encoder.score
+    cross_encoder.score = lambda queries, passages: scored.extend(queries) or original(queries, passages)
+    try:
+        resumed = score_file(cross_encoder, args).read_text().splitlines()
+    finally:
+        del cross_encoder.score
+    assert set(scored) == {"insulin", "rain"}  # queries 2 and 3 only
     assert len(resumed) == len(fresh) and resumed[0] == fresh[0]
     for again, first in zip(map(json.loads, resumed[1:]), map(json.loads, fresh[1:])):
         assert again["qid"] == first["qid"]
         assert again["positive_scores"] + again["negative_scores"] == pytest.approx(
             first["positive_scores"] + first["negative_scores"], abs=1e-5)
     assert not (tmp_path / "scored.jsonl.partial").exists()
+    assert not (tmp_path / "scored.jsonl.partial.key.json").exists()
+
+
+def interrupted(model, args):
+    """score_file stopped by an error after its first chunk of queries (chunk_queries=1)."""
+    original, calls = model.score, []
+
+    def fail_second_chunk(queries, passages):
+        calls.append(queries[0])
+        if len(set(calls)) > 1:
+            raise KeyboardInterrupt
+        return original(queries, passages)
+
+    model.score = fail_second_chunk
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            score_file(model, args)
+    finally:
+        del model.score
+
+
+def test_a_partial_file_of_other_inputs_is_started_over(cross_encoder, tmp_path):
+    """Interrupted with negatives A, rerun with negatives B into the same output: B's scores only, every record."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    other = [{**r, "qid": f"b{r['qid']}", "negatives": r["negatives"][:1]} for r in RECORDS]
+    second.write_text("".join(json.dumps(r) + "\n" for r in other))
+    output = str(tmp_path / "scored.jsonl")
+    interrupted(cross_encoder, ScoreArguments(str(first), output, str(corpus), chunk_queries=1))
+    assert (tmp_path / "scored.jsonl.partial").read_text().count("\n") == 1  # A's first record
+    lines = score_file(cross_encoder, ScoreArguments(str(second), output, str(corpus), chunk_queries=1))
+    records = [json.loads(line) for line in lines.read_text().splitlines()]
+    assert [r["qid"] for r in records] == ["b1", "b2", "b3"]
+    assert all(len(r["negative_scores"]) == 1 for r in records)
