@@ -5,6 +5,9 @@ the same output with ``--set epochs=2`` would report the old one-epoch rows as i
 stage's entry in results.json therefore carries ``settings``: the settings that shaped it and every stage before it
 (the chain is a pipeline: stage 2 trains on negatives mined with stage 1, so stage 1's settings are stage 2's too).
 A re-run whose settings differ for a finished stage stops before running anything and names the stage and fields.
+So does one whose settings differ for a stage that was started and interrupted (``started.json``): a training
+stage resumes from its checkpoints, and resuming with another length or learning rate would train under two
+schedules while the results name one.
 """
 from __future__ import annotations
 
@@ -50,16 +53,20 @@ def stage_settings(config: ChainConfig, name: str, inputs: dict) -> dict:
     skipped = {"0-pretrain"} if not config.pretrain else set()
     skipped |= {"1-bm25-negatives"} if config.group_stage1 == 1 else set()
     settings = {"pretrain": config.pretrain}
+    # with pre-training, the 0-pretrain entry also holds the start's evaluation (its OT weight and metrics), which
+    # the start's settings (lengths, k, bf16) shaped
+    last = "0-start" if pipeline_stage(name) == "0-pretrain" else pipeline_stage(name)
     for stage, fields in PIPELINE:
         if stage not in skipped:
             settings.update({field: values[field] for field in fields})
-        if stage == pipeline_stage(name):
+        if stage == last:
             return settings
     raise KeyError(f"{name}: not a stage of the chain ({', '.join(STAGES)})")
 
 
-def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str) -> None:
-    """Refuse to continue a chain whose finished stages were made with other settings (or recorded none)."""
+def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str, verb: str = "made") -> None:
+    """Refuse to continue a chain whose finished stages were made with other settings (or recorded none); with
+    ``verb`` "started", the same for stages begun (a training stage resumes from its checkpoints)."""
     for name, entry in results.items():
         if pipeline_stage(name) not in STAGES:
             raise ChainSettingsError(f"{where}: {name!r} is not a stage of the chain ({', '.join(STAGES)})")
@@ -74,6 +81,6 @@ def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str)
         if changed:
             fields = ", ".join(f"{field} {old!r} -> {new!r}" for field, (old, new) in changed.items())
             raise ChainSettingsError(
-                f"{where}: stage {name} was made with other settings ({fields}); this run would mix its results "
+                f"{where}: stage {name} was {verb} with other settings ({fields}); this run would mix its results "
                 f"with the new ones. Use a new --output, or remove that stage's folder and entry (and every later "
                 f"stage's) to remake them")

@@ -66,9 +66,12 @@ class Chain:
         output.mkdir(parents=True, exist_ok=True)
         self.results_path = output / "results.json"
         self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
+        self.started_path = output / "started.json"
+        self.started = json.loads(self.started_path.read_text()) if self.started_path.is_file() else {}
         self.inputs = {"dataset": folder.name, "model": model, "bf16": bf16,
                        "pretrained": str(pretrained) if pretrained else None}
         check_settings(self.results, config, self.inputs, str(self.results_path))
+        check_settings(self.started, config, self.inputs, str(self.started_path), verb="started")
         from retromae_ir.data.splits import carve_dev_split
 
         train_qrels, self.dev_qrels = carve_dev_split(folder / "qrels" / "train.tsv", config.dev_queries,
@@ -80,6 +83,9 @@ class Chain:
     def timed(self, name: str, done: Path, run) -> Path:
         """Run a stage unless ``done`` exists; its wall time goes into results.json."""
         if not done.exists():
+            self.started[name] = {"settings": stage_settings(self.config, name, self.inputs)}
+            with atomic_write(self.started_path) as handle:
+                json.dump(self.started, handle, indent=2)
             start = time.time()
             run()
             self.record(name, wall_s=round(time.time() - start, 1))

@@ -94,3 +94,39 @@ def test_bad_stage_one_settings_are_refused_before_anything_runs(fields):
         ChainConfig(**fields)
     with pytest.raises(ValueError, match="chain settings"):
         ChainConfig().replace([f"{key}={value}" for key, value in fields.items()])
+
+
+def test_the_pretrain_entry_carries_the_start_settings_its_evaluation_used():
+    """With pre-training, 0-pretrain holds the start's OT weight and metrics: k, lengths and bf16 shaped them."""
+    config = ChainConfig(pretrain=True)
+    results = {"0-pretrain": {"settings": stage_settings(config, "0-pretrain", INPUTS)}}
+    for fields, named in [({"k": 128}, "k 384 -> 128"), ({"passage_length": 128}, "passage_length"),
+                          ({"query_k": 16}, "query_k")]:
+        with pytest.raises(ChainSettingsError, match=rf"stage 0-pretrain .*{named}"):
+            check_settings(results, ChainConfig(pretrain=True, **fields), INPUTS, "out/results.json")
+    with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain .*bf16 False -> True"):
+        check_settings(results, config, {**INPUTS, "bf16": True}, "out/results.json")
+
+
+def test_an_interrupted_stage_is_not_resumed_with_another_schedule(tmp_path):
+    """Stage 1 starts (started.json), is interrupted; a re-run with other epochs is refused before anything runs,
+    the same settings continue it."""
+    from retromae_ir.chain.stages import Chain
+
+    folder = tmp_path / "scifact"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\td{i}\t1\n" for i in range(10)))
+    chain = Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2), None, False)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        chain.timed("1-stage1", tmp_path / "out" / "1-stage1" / "card.yaml", interrupted)
+    assert "1-stage1" not in chain.results
+    with pytest.raises(ChainSettingsError, match=r"started.json: stage 1-stage1 was started with other settings "
+                                                 r"\(stage1_epochs 1.5 -> 3.0\)"):
+        Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2, epochs_stage1=3.0),
+              None, False)
+    Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2), None, False)
