@@ -68,10 +68,12 @@ class Chain:
         self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
         self.started_path = output / "started.json"
         self.started = json.loads(self.started_path.read_text()) if self.started_path.is_file() else {}
+        resumable = {name: entry for name, entry in self.started.items()  # unfinished, with checkpoints to resume
+                     if name not in self.results and Path(entry["folder"]).is_dir()}
         self.inputs = {"dataset": folder.name, "model": model, "bf16": bf16,
                        "pretrained": str(pretrained) if pretrained else None}
         check_settings(self.results, config, self.inputs, str(self.results_path))
-        check_settings(self.started, config, self.inputs, str(self.started_path), verb="started")
+        check_settings(resumable, config, self.inputs, str(self.started_path), verb="started")
         from retromae_ir.data.splits import carve_dev_split
 
         train_qrels, self.dev_qrels = carve_dev_split(folder / "qrels" / "train.tsv", config.dev_queries,
@@ -83,9 +85,11 @@ class Chain:
     def timed(self, name: str, done: Path, run) -> Path:
         """Run a stage unless ``done`` exists; its wall time goes into results.json."""
         if not done.exists():
-            self.started[name] = {"settings": stage_settings(self.config, name, self.inputs)}
-            with atomic_write(self.started_path) as handle:
-                json.dump(self.started, handle, indent=2)
+            if done.parent != self.output:  # a stage folder: a training stage resumes from its checkpoints there
+                self.started[name] = {"settings": stage_settings(self.config, name, self.inputs),
+                                      "folder": str(done.parent)}
+                with atomic_write(self.started_path) as handle:
+                    json.dump(self.started, handle, indent=2)
             start = time.time()
             run()
             self.record(name, wall_s=round(time.time() - start, 1))

@@ -122,11 +122,24 @@ def test_an_interrupted_stage_is_not_resumed_with_another_schedule(tmp_path):
     def interrupted():
         raise KeyboardInterrupt
 
+    def interrupted_after_a_checkpoint():
+        (tmp_path / "out" / "1-stage1" / "checkpoint-50").mkdir(parents=True)
+        raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
-        chain.timed("1-stage1", tmp_path / "out" / "1-stage1" / "card.yaml", interrupted)
+        chain.timed("2-mined-negatives", tmp_path / "out" / "2-mined-negatives.jsonl", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        chain.timed("1-stage1", tmp_path / "out" / "1-stage1" / "card.yaml", interrupted_after_a_checkpoint)
     assert "1-stage1" not in chain.results
     with pytest.raises(ChainSettingsError, match=r"started.json: stage 1-stage1 was started with other settings "
                                                  r"\(stage1_epochs 1.5 -> 3.0\)"):
         Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2, epochs_stage1=3.0),
               None, False)
     Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2), None, False)
+    # its folder removed, nothing is resumed: the new settings start it afresh (an atomic output, such as mined
+    # negatives, never holds a part to resume and is not recorded)
+    import shutil
+
+    shutil.rmtree(tmp_path / "out" / "1-stage1")
+    Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2, epochs_stage1=3.0,
+                                                                          max_rank=50), None, False)
