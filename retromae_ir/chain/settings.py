@@ -21,7 +21,7 @@ from retromae_ir.chain.config import ChainConfig
 # the epochs and learning rate it ran with (``stage1_epochs``, ``stage1_lr``), so a stage-2 ``epochs`` or ``lr``
 # reuses a finished stage 1
 PIPELINE: list[tuple[str, tuple[str, ...]]] = [
-    ("baseline", ("dataset", "corpus_docs", "dev_queries")),
+    ("baseline", ("dataset", "data_sha256", "corpus_docs", "dev_queries")),
     ("0-pretrain", ("model", "pretrained", "pretrain_steps", "pretrain_batch", "pretrain_length")),
     ("0-start", ("model", "bf16", "query_length", "passage_length", "k", "query_k", "sparse_weight")),
     ("1-bm25-negatives", ("negatives", "max_rank")),

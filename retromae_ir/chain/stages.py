@@ -18,7 +18,8 @@ import yaml
 
 from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import check_settings, stage_settings
-from retromae_ir.io import atomic_write
+from retromae_ir.data.beir import dataset_digest
+from retromae_ir.io import atomic_write, file_digest
 
 log = logging.getLogger("retromae_ir.chain")
 MODES = ("dense", "sparse", "hybrid")
@@ -70,7 +71,7 @@ class Chain:
         self.started = json.loads(self.started_path.read_text()) if self.started_path.is_file() else {}
         resumable = {name: entry for name, entry in self.started.items()  # unfinished, with checkpoints to resume
                      if name not in self.results and Path(entry["folder"]).is_dir()}
-        self.inputs = {"dataset": folder.name, "model": model, "bf16": bf16,
+        self.inputs = {"dataset": folder.name, "data_sha256": dataset_digest(folder), "model": model, "bf16": bf16,
                        "pretrained": str(pretrained) if pretrained else None}
         check_settings(self.results, config, self.inputs, str(self.results_path))
         check_settings(resumable, config, self.inputs, str(self.started_path), verb="started")
@@ -350,9 +351,14 @@ def chain_corpus(folder: Path, output: Path, config: ChainConfig) -> Path:
     from retromae_ir.data.subcorpus import write_judged_subcorpus
 
     sub = output / f"corpus-{config.corpus_docs}.jsonl"
-    if not sub.is_file():
-        qrels = [folder / "qrels" / "train.tsv", folder / "qrels" / "test.tsv"]
+    qrels = [folder / "qrels" / "train.tsv", folder / "qrels" / "test.tsv"]
+    source = {"corpus_sha256": file_digest(corpus), "qrels_sha256": [file_digest(path) for path in qrels]}
+    recorded = sub.with_name(sub.name + ".source.json")
+    if not (sub.is_file() and recorded.is_file() and json.loads(recorded.read_text()) == source):
+        recorded.unlink(missing_ok=True)  # a sub-corpus of other data (a folder of the same name) is made again
         log.info("%s: %d documents", sub, write_judged_subcorpus(corpus, qrels, config.corpus_docs, sub))
+        with atomic_write(recorded) as out:
+            json.dump(source, out)
     return sub
 
 

@@ -115,6 +115,16 @@ BEIR_DATASETS: dict[str, BeirDataset] = {d.name: d for d in (
 )}
 
 
+def dataset_digest(folder: str | os.PathLike) -> str:
+    """sha256 over a BEIR folder's corpus, queries and qrels files (names and bytes): which data a result came
+    from, whatever the folder is called."""
+    from retromae_ir.io import file_digest, pairs_digest
+
+    folder = Path(folder)
+    files = [folder / "corpus.jsonl", folder / "queries.jsonl", *sorted((folder / "qrels").glob("*.tsv"))]
+    return pairs_digest((str(path.relative_to(folder)), file_digest(path)) for path in files if path.is_file())
+
+
 def get_beir_dataset(name: str) -> BeirDataset:
     try:
         return BEIR_DATASETS[name]

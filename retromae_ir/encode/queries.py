@@ -27,6 +27,7 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
     qids, texts = list(topics), list(topics.values())
     encoded = model.encode_query(texts, batch_size)
     (output / MANIFEST).unlink(missing_ok=True)  # the files change one by one: until the new manifest, incomplete
+    (output / "sparse.jsonl").unlink(missing_ok=True)  # never an earlier run's sparse queries beside new dense ones
     with atomic_dir(output / "dense") as tmp:
         frame = pd.DataFrame({"text": pd.Series(texts, dtype=object),
                               "embedding": pd.Series(list(encoded.dense), dtype=object)})
@@ -35,6 +36,4 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
         with atomic_write(output / "sparse.jsonl") as out:
             for qid, text, vector in zip(qids, texts, impact_dicts(encoded.sparse, model.vocab, model.card.scale)):
                 out.write(json.dumps({"id": qid, "contents": text, "vector": vector}) + "\n")
-    else:
-        (output / "sparse.jsonl").unlink(missing_ok=True)  # an earlier card's sparse queries are not these
     return write_manifest(output, model.card, queries=len(qids))

@@ -7,7 +7,7 @@ import pytest
 from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import ChainSettingsError, check_settings, stage_settings
 
-INPUTS = {"dataset": "scifact", "model": None, "bf16": False, "pretrained": None}
+INPUTS = {"dataset": "scifact", "data_sha256": "d1", "model": None, "bf16": False, "pretrained": None}
 
 
 def test_a_stage_carries_its_own_settings_and_every_earlier_stages():
@@ -18,7 +18,8 @@ def test_a_stage_carries_its_own_settings_and_every_earlier_stages():
     assert "lr" not in stage1 and "epochs" not in stage1  # what stage 1 ran with, not stage 2's settings
     assert stage2 == {**stage1, "negatives": 15, "max_rank": 200, "group": 8, "epochs": 2.0, "lr": 5e-5}
     assert stage_settings(config, "baseline-bm25", INPUTS) == {"pretrain": False, "dataset": "scifact",
-                                                               "corpus_docs": 0, "dev_queries": 100}
+                                                               "data_sha256": "d1", "corpus_docs": 0,
+                                                               "dev_queries": 100}
     # stages this configuration skips contribute nothing: pre-training, BM25 negatives for an in-batch stage 1
     assert "pretrain_steps" not in stage2 and "pretrain_steps" in stage_settings(
         ChainConfig(pretrain=True), "2-stage2", INPUTS)
@@ -143,3 +144,27 @@ def test_an_interrupted_stage_is_not_resumed_with_another_schedule(tmp_path):
     shutil.rmtree(tmp_path / "out" / "1-stage1")
     Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2, epochs_stage1=3.0,
                                                                           max_rank=50), None, False)
+
+
+def test_another_dataset_under_the_same_folder_name_is_refused_and_gets_its_own_sub_corpus(tmp_path):
+    """The chain records the data's digest, not only the folder's name; the judged sub-corpus is made again."""
+    import json
+
+    from retromae_ir.chain.stages import Chain, chain_corpus
+
+    config, subs = ChainConfig(dev_queries=1, corpus_docs=4), []
+    for variant in ("one", "two"):
+        folder = tmp_path / variant / "scifact"
+        (folder / "qrels").mkdir(parents=True)
+        (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"{variant} {i}"}) + "\n"
+                                                     for i in range(6)))
+        for split in ("train", "test"):
+            (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+                f"q{i}\td{i}\t1\n" for i in range(3)))
+        sub = chain_corpus(folder, tmp_path / "out", config)
+        subs.append(sub.read_text())
+        if variant == "one":
+            Chain(folder, sub, tmp_path / "out", config, None, False).record("baseline-bm25", sparse={"ndcg@10": 0.5})
+    assert '"text": "two 0"' in subs[1] and subs[0] != subs[1]
+    with pytest.raises(ChainSettingsError, match=r"stage baseline-bm25 was made with other settings \(data_sha256 "):
+        Chain(folder, sub, tmp_path / "out", config, None, False)

@@ -106,3 +106,23 @@ def test_an_index_without_lucene_searches_the_same_and_is_not_reused_where_lucen
     assert len(calls) == 2
     build_and_search(True, "bare")  # the bare one is encoded again with its Lucene index
     assert len(calls) == 3 and (bare / "sparse" / "index").is_dir()
+
+
+def test_an_index_of_a_weight_file_since_deleted_is_not_current(tmp_path, tiny_bert_dir):
+    """The manifest names every weight file the index was built from: one gone (say projection.safetensors) makes
+    the checkpoint another model, so the index is encoded again rather than reused."""
+    import json
+
+    from retromae_ir.encode.corpus import precision
+
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
+    retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes")
+    digests = retriever.source_digests(CORPUS)
+    manifest = {"fingerprint": retriever.card.fingerprint(), "precision": precision(retriever.model), **digests}
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "manifest.json").write_text(json.dumps(manifest))
+    assert retriever.index_is_current(tmp_path / "index", digests)
+    manifest["projection.safetensors_sha256"] = "0" * 64
+    (tmp_path / "index" / "manifest.json").write_text(json.dumps(manifest))
+    assert not retriever.index_is_current(tmp_path / "index", digests)
