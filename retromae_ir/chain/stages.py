@@ -70,7 +70,7 @@ class Chain:
         self.started_path = output / "started.json"
         self.started = json.loads(self.started_path.read_text()) if self.started_path.is_file() else {}
         resumable = {name: entry for name, entry in self.started.items()  # unfinished, with checkpoints to resume
-                     if name not in self.results and Path(entry["folder"]).is_dir()}
+                     if name not in self.results and (output / entry["folder"]).is_dir()}
         self.inputs = {"dataset": folder.name, "data_sha256": dataset_digest(folder), "model": model, "bf16": bf16,
                        "pretrained": str(pretrained) if pretrained else None}
         check_settings(self.results, config, self.inputs, str(self.results_path))
@@ -87,8 +87,9 @@ class Chain:
         """Run a stage unless ``done`` exists; its wall time goes into results.json."""
         if not done.exists():
             if done.parent != self.output:  # a stage folder: a training stage resumes from its checkpoints there
+                folder = done.parent.relative_to(self.output) if done.parent.is_relative_to(self.output) else done.parent
                 self.started[name] = {"settings": stage_settings(self.config, name, self.inputs),
-                                      "folder": str(done.parent)}
+                                      "folder": str(folder)}  # relative: an output copied elsewhere holds its own
                 with atomic_write(self.started_path) as handle:
                     json.dump(self.started, handle, indent=2)
             start = time.time()
