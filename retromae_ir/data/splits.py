@@ -27,6 +27,7 @@ def carve_dev_split(qrels: PathLike, size: int, output: PathLike, seed: int = 0)
     if not 0 < size < len(labels):
         raise ValueError(f"{qrels}: a dev split of {size} queries needs 0 < size < {len(labels)} (its query count)")
     dev = set(random.Random(seed).sample(sorted(labels), size))
+    meta_path.unlink(missing_ok=True)  # until the new record, the pair being rewritten is never taken as finished
     for path, keep in ((train_path, lambda q: q not in dev), (dev_path, lambda q: q in dev)):
         with atomic_write(path) as handle:
             handle.write("query-id\tcorpus-id\tscore\n")

@@ -39,3 +39,24 @@ def test_a_dev_split_must_leave_training_queries(qrels, tmp_path, size):
     with pytest.raises(ValueError, match="needs 0 < size < 10"):
         carve_dev_split(qrels, size, tmp_path / "s")
     assert not (tmp_path / "s" / "train.tsv").exists()
+
+
+def test_a_rewrite_interrupted_between_its_files_is_not_taken_as_the_old_split(qrels, tmp_path, monkeypatch):
+    """Seed 0 is carved, a seed-1 rewrite dies after train.tsv; asking for seed 0 again must not return seed 1's
+    training queries beside seed 0's record (dev queries would leak into training)."""
+    import retromae_ir.data.splits as splits
+
+    first_train, first_dev = (p.read_text() for p in carve_dev_split(qrels, 3, tmp_path / "s", seed=0))
+    real = splits.atomic_write
+
+    def dies_at_dev(path, *args, **kwargs):
+        if path.name == "dev.tsv":
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(splits, "atomic_write", dies_at_dev)
+    with pytest.raises(KeyboardInterrupt):
+        carve_dev_split(qrels, 3, tmp_path / "s", seed=1)
+    monkeypatch.undo()
+    train, dev = carve_dev_split(qrels, 3, tmp_path / "s", seed=0)
+    assert (train.read_text(), dev.read_text()) == (first_train, first_dev)
