@@ -33,7 +33,9 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
     overrides = {key: value for key, value in (("checkpoint", model_args.model), ("dims", model_args.dims))
                  if value is not None}
     card = load_card(model_args.encoder, **overrides)
-    identity = run_identity(model_args, data, loss, training, {"card": card.fingerprint()})
+    # the start's weight files too: a stage trained again in place keeps its card but is another start
+    identity = run_identity(model_args, data, loss, training,
+                            {"card": card.fingerprint(), "start_weights": card.weight_digests()})
     with exclusive_run(training, identity):
         return _train(card, model_args, data, loss, training, identity)
 

@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 
@@ -22,7 +23,7 @@ from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.backbone import check_config
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
 from retromae_ir.pretrain.data import check_maskable, load_segments
-from retromae_ir.io import command_errors
+from retromae_ir.io import command_errors, weight_file_digests
 from retromae_ir.training.trainer import Trainer, exclusive_run, run_identity
 
 PROG = "python -m retromae_ir.pretrain"
@@ -47,7 +48,9 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     """Validate cheaply (model type, max length, output dir and what it resumes), then load, tokenise and train."""
     model_name = model_args.model or default_model()
     check_config(model_name, data.max_length)
-    identity = run_identity(model_args, data, masking, training, contrastive, method_args)
+    start = Path(model_name)  # a local start's weight files: one trained again in place is another start
+    identity = run_identity(model_args, data, masking, training, contrastive, method_args,
+                            {"start_weights": weight_file_digests(start) if start.is_dir() else model_name})
     with exclusive_run(training, identity):
         _train(model_name, data, masking, training, contrastive, method_args, method_cls, identity)
 

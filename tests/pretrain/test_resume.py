@@ -105,3 +105,23 @@ def test_second_writer_of_a_training_output_is_refused(tiny_bert_dir, corpora, t
         line = refused(main, argv(tiny_bert_dir, corpora[0], out), capsys, status=2)
     assert f"PID {pid}" in line and str(out) in line
     assert not out.exists()
+
+
+def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, corpora, tmp_path, capsys):
+    """The start checkpoint's weight files are part of what a run resumes under: same path, new weights is
+    another run."""
+    import shutil
+
+    import torch
+    from transformers import BertForMaskedLM
+
+    start = tmp_path / "start"
+    shutil.copytree(tiny_bert_dir, start)
+    out = tmp_path / "run"
+    main(argv(start, corpora[0], out))
+    model = BertForMaskedLM.from_pretrained(start)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight.mul_(2.0)
+    model.save_pretrained(start)
+    line = refused(main, argv(start, corpora[0], out, "--resume", "--max-steps", "3"), capsys)
+    assert "--start-weights" in line
