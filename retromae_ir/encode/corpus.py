@@ -234,7 +234,8 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
         documents = write_dense(tmp, card, _dense_chunks(paths))
     parts = ["dense"]
     fields = {"documents": documents, "shards": shard_num, "int8": source["precision"] == "int8",
-              "precision": source["precision"], "corpus_digest": source["corpus_digest"], **(extra or {})}
+              "precision": source["precision"], "corpus_digest": source["corpus_digest"], "weights": source["weights"],
+              **(extra or {})}
     if card.sparse:
         from retromae_ir.search.index import store_manifest_field
 

@@ -54,8 +54,15 @@ def read_manifest(directory: str | os.PathLike) -> dict:
 
 
 def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
-    """Refuse a card whose representation differs from the one that built ``where``; name the differing fields."""
+    """Refuse a card whose representation differs from the one that built ``where`` (name the differing fields),
+    or whose checkpoint's weight files differ from those recorded (a checkpoint trained again in place: its queries
+    would be encoded by another model than the documents)."""
     if manifest["fingerprint"] == card.fingerprint():
+        if "weights" in manifest and manifest["weights"] != card.weight_digests():
+            changed = sorted(name for name in set(manifest["weights"]) | set(card.weight_digests())
+                             if manifest["weights"].get(name) != card.weight_digests().get(name))
+            raise IndexMismatchError(f"{where} was encoded with other weights of {card.checkpoint!r} "
+                                     f"({', '.join(changed)} differ): encode the corpus again")
         return
     built = manifest["card"]
     diffs = [f"{key}: index {built.get(key)!r} vs card {value!r}" for key, value in card.to_dict().items()

@@ -46,6 +46,11 @@ def test_retrained_checkpoint_is_encoded_again(tmp_path, tiny_bert_dir, monkeypa
     with torch.no_grad():
         model.bert.embeddings.word_embeddings.weight.mul_(2.0)
     model.save_pretrained(checkpoint)  # "trained again" into the same directory
+    from retromae_ir.encode.manifest import IndexMismatchError
+    from retromae_ir.search.index import HybridIndex
+
+    with pytest.raises(IndexMismatchError, match="encoded with other weights .*model.safetensors differ"):
+        HybridIndex(index_dir, str(card))  # searching the old index with the new weights' queries is refused
     retrained = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1)
     retrained.build_index(CORPUS, "handful")
     assert calls == [1]
