@@ -78,3 +78,29 @@ def test_docs_show_every_condition_with_its_command(matrix_file):
     assert "| bm25.tiny | scifact | 0.5000 | 0.9000 |" in text
     assert "| dupmae.tiny | nfcorpus | 0.3000 | – |" in text
     assert "python eval/beir_all.py --datasets nfcorpus --runs-dir runs/repro/dupmae.tiny --encoder dupmae-minilm" in text
+
+
+def write_scores(csv: Path, ndcg: float) -> None:
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{"dataset": "scifact", "queries": 3, "ndcg@10 (bm25)": ndcg, "recall@100 (bm25)": 0.9}]).to_csv(
+        csv, index=False)
+
+
+def test_a_relative_runs_root_is_read_where_the_command_wrote_it(tmp_path, monkeypatch):
+    """The command runs in the repository; called from another folder holding an older table under the same
+    relative path, the runner must read the table its command just wrote, not the old one."""
+    import retromae_ir.repro.matrix as matrix
+
+    condition = Condition(name="c", dataset="scifact", retriever="bm25", expected={"ndcg@10": 0.5})
+    monkeypatch.chdir(tmp_path)
+    write_scores(condition.results_csv(Path("runs")), 0.1)  # stale, beside the caller
+
+    def fake_run(command, cwd, **kwargs):
+        runs_dir = Path(command[command.index("--runs-dir") + 1])
+        write_scores(Path(cwd) / runs_dir / condition.label / "beir-results.csv", 0.5)
+        return type("Done", (), {"returncode": 0, "stderr": ""})()
+
+    monkeypatch.setattr(matrix.subprocess, "run", fake_run)
+    monkeypatch.setattr(matrix, "REPO", tmp_path / "repo")
+    outcome = matrix.run_condition(condition, Path("runs"), 0.001)
+    assert outcome.scores["ndcg@10"] == 0.5 and not outcome.failures

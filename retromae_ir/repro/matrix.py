@@ -109,6 +109,7 @@ def compare(condition: Condition, scores: dict[str, float], tolerance: float) ->
 
 
 def run_condition(condition: Condition, runs_root: Path, tolerance: float) -> Outcome:
+    runs_root = Path(runs_root).resolve()  # the command runs in REPO: it must write where the scores are read
     command = condition.command(runs_root)
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
