@@ -218,6 +218,9 @@ def top_k_accuracy(retrieval_file: str | os.PathLike, ks: Iterable[int] = TOP_K)
     return found
 
 
+SEARCH_MODES = {"dense", "sparse", "hybrid"}
+
+
 # --- encoding and search -----------------------------------------------------------------------------------------
 
 def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]) -> bool:
@@ -304,6 +307,9 @@ def evaluate_modes(model, index_dir: Path, corpus: Path, questions: list[Questio
             raise EvaluationError(f"{mode} search of {index_dir} found no passage for any of the "
                                   f"{len(questions)} questions")
         runs[mode] = run
+    for stale in SEARCH_MODES - set(runs):  # an earlier run's other modes (other weights, perhaps) would sit beside
+        for suffix in (".trec", ".dpr.json"):  # this run's files as if they were its results
+            (out_dir / f"{stale}{suffix}").unlink(missing_ok=True)
     retrieved = {docid for run in runs.values() for hits_of in run.values() for docid in hits_of}
     matcher = AnswerMatcher({q.qid: q for q in questions}, passage_texts(corpus, retrieved))
     results = []

@@ -214,6 +214,13 @@ def test_driver_end_to_end_dense_sparse_hybrid(data, tmp_path, tiny_bert_dir):
     assert dense["top-20"] == dense["top-100"] == round(ANSWERABLE, 4) == 0.7778
     assert "| dense |" in (out / "nq-results.md").read_text()
 
+    # a dense-only run into the same folder leaves no sparse or hybrid files of the run before beside its own
+    assert run_main(["--encoder", str(card_file(tmp_path, tiny_bert_dir, "dupmae")), "--corpus", str(corpus),
+                     "--qas", str(qas), "--output", str(out), "--index-dir", str(index), "--threads", "1",
+                     "--batch-size", "4", "--device", "cpu", "--dtype", "fp32", "--modes", "dense"]) == 0
+    assert sorted(path.name for path in out.glob("*.trec")) == ["dense.trec"]
+    assert not list(out.glob("*.dpr.json"))[1:] and (out / "dense.dpr.json").is_file()
+
 
 def error_lines(stderr: str) -> list[str]:
     """The ``error:`` lines of a command's stderr (progress bars aside), checked to come without a traceback."""
