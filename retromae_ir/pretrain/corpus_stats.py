@@ -181,6 +181,21 @@ def _write(target: Path, corpus: Path, tokenizer, name: str, key: StatsKey, line
     return target
 
 
+def check_stats_file(path: str | Path, corpus: str | Path, tokenizer) -> None:
+    """A given statistics file (``--master-corpus-stats``) counted by this toolkit from another corpus or under
+    another tokenizer is refused, naming both keys; one without a key (counted elsewhere) cannot be checked and is
+    used with a warning."""
+    stats = CorpusStats.load(Path(path))
+    key = StatsKey(corpus_fingerprint(corpus)[0], tokenizer_fingerprint(tokenizer))
+    if not stats.key:
+        LOG.warning("%s records no key: whether it was counted from %s under this tokenizer cannot be checked",
+                    path, corpus)
+    elif stats.key != key.stored():
+        raise CorpusStatsError(f"{path} was counted from another corpus or tokenizer (key {stats.key.get('digest')}, "
+                               f"{corpus} under this tokenizer gives {key.digest}): omit --master-corpus-stats to "
+                               f"count this corpus's statistics")
+
+
 def ensure_corpus_stats(corpus: str | Path, tokenizer, name: str, batch_size: int = 256) -> Path:
     """The statistics file of ``corpus`` under ``tokenizer``: found (beside the corpus or in the cache) when one
     was counted from the same corpus bytes and tokenizer, else counted now and written beside the corpus when its

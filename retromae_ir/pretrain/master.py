@@ -265,14 +265,17 @@ class MASTER(PretrainModel):
         tokenizer, reused when counted before, else counted now (``corpus_stats.ensure_corpus_stats``)."""
         args = method_args if method_args is not None else cls.Arguments()
         check_arguments(args)
-        if args.master_corpus_stats is not None or not {"mkp", "npr"} & set(parse_tasks(args.master_tasks)):
+        if not {"mkp", "npr"} & set(parse_tasks(args.master_tasks)):
             return args
         from transformers import AutoTokenizer
 
-        from retromae_ir.pretrain.corpus_stats import ensure_corpus_stats
+        from retromae_ir.pretrain.corpus_stats import check_stats_file, ensure_corpus_stats
 
-        path = ensure_corpus_stats(corpus, AutoTokenizer.from_pretrained(model_name), model_name)
-        return replace(args, master_corpus_stats=str(path))
+        tokenizer = AutoTokenizer.from_pretrained(model_name)
+        if args.master_corpus_stats is not None:
+            check_stats_file(args.master_corpus_stats, corpus, tokenizer)
+            return args
+        return replace(args, master_corpus_stats=str(ensure_corpus_stats(corpus, tokenizer, model_name)))
 
     def _side_texts(self, args: MasterArguments) -> dict[str, dict[str, str]]:
         if args.master_side_texts is None:
