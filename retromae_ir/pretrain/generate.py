@@ -8,6 +8,8 @@ generator is switched off with ``none``), which ``--master-side-texts`` of pre-t
 Generation is long, so it is resumable: finished batches are appended (flushed and fsynced) to
 ``OUTPUT.partial``; a rerun skips the ids already there, dropping a torn last line, and the partial file is
 renamed onto OUTPUT only when the whole corpus is done, so OUTPUT is always complete and duplicate-free.
+A partial or finished file is continued only under the same generators, options and seed (``.key.json`` beside
+each), and a record only while its passage is unchanged (``text_sha256``); the rest is generated again.
 Sampling is seeded per batch from (seed, first id of the batch), so a resumed run writes the same texts as
 an uninterrupted one with the same batch size.
 """
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
 import json
 import logging
 import os
 import shutil
 import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields, is_dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol, Sequence
@@ -30,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.io import atomic_write
 from retromae_ir.pretrain.data import iter_documents
 
 LOG = logging.getLogger(__name__)
@@ -119,24 +123,47 @@ def partial_path(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
 
 
-def read_done_ids(path: Path) -> list[str]:
-    """Ids of the complete records in ``path``; a torn or undecodable tail is cut off the file."""
+def key_path(path: Path) -> Path:
+    return path.with_name(path.name + ".key.json")
+
+
+def text_digest(text: str) -> str:
+    """What a record was generated from: a record whose passage changed since is generated again."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def generator_settings(generator) -> dict:
+    """A generator's model and options (a dataclass's fields but the model objects), for the resume key."""
+    if not is_dataclass(generator):
+        return {"class": type(generator).__name__, "key": generator.key}
+    options = {f.name: getattr(generator, f.name) for f in dataclass_fields(generator)
+               if f.name not in ("model", "tokenizer")}
+    return {"class": type(generator).__name__, "model": getattr(generator.model, "name_or_path", None), **options}
+
+
+def read_done(path: Path) -> dict[str, str | None]:
+    """``{id: text digest}`` of the complete records in ``path``; a torn or undecodable tail is cut off the file.
+    An id that occurs twice is an error."""
     if not path.exists():
-        return []
-    ids, good_end = [], 0
+        return {}
+    done, good_end = {}, 0
     with open(path, "rb+") as handle:
         for line in handle:
             if not line.endswith(b"\n"):
                 break
             try:
-                ids.append(json.loads(line)["id"])
+                record = json.loads(line)
+                docid = record["id"]
             except (ValueError, KeyError, TypeError):
                 break
+            if docid in done:
+                raise ValueError(f"{path} repeats id {docid!r}; remove it and rerun")
+            done[docid] = record.get("text_sha256")
             good_end += len(line)
         if good_end < handle.seek(0, os.SEEK_END):
             LOG.warning("dropping a torn record at the end of %s (byte %d)", path, good_end)
             handle.truncate(good_end)
-    return ids
+    return done
 
 
 def batch_seed(seed: int, first_id: str) -> int:
@@ -144,47 +171,81 @@ def batch_seed(seed: int, first_id: str) -> int:
     return zlib.crc32(f"{seed}\t{first_id}".encode())
 
 
-def pending_batches(docs: Iterable[tuple[str, str]], done: set[str], batch_size: int
-                    ) -> Iterator[list[tuple[str, str]]]:
-    """``(docid, text)`` pairs not yet generated, in corpus order and in batches; a repeated id is an error."""
-    seen: set[str] = set()
+class Pending:
+    """The ``(docid, text, digest)`` triples still to generate, in corpus order and in batches: documents without
+    a record, or whose record was generated from another text (``stale``). ``prune`` then drops the records no
+    longer wanted (ids gone from the corpus, the old record of each stale id). A repeated id is an error."""
 
-    def todo():
-        for docid, text in docs:
-            if docid in seen:
-                raise ValueError(f"document id {docid!r} occurs twice in the corpus")
-            seen.add(docid)
-            if docid not in done:
-                yield docid, text
+    def __init__(self, docs: Iterable[tuple[str, str]], done: dict[str, str | None]):
+        self.docs, self.done = docs, done
+        self.seen: set[str] = set()
+        self.stale: set[str] = set()
 
-    stream = todo()
-    while batch := list(islice(stream, batch_size)):
-        yield batch
+    def batches(self, batch_size: int) -> Iterator[list[tuple[str, str, str]]]:
+        def todo():
+            for docid, text in self.docs:
+                if docid in self.seen:
+                    raise ValueError(f"document id {docid!r} occurs twice in the corpus")
+                self.seen.add(docid)
+                digest = text_digest(text)
+                if self.done.get(docid, digest) != digest:
+                    self.stale.add(docid)
+                if self.done.get(docid) != digest:
+                    yield docid, text, digest
+
+        stream = todo()
+        while batch := list(islice(stream, batch_size)):
+            yield batch
+
+    def prune(self, path: Path) -> None:
+        """Rewrite ``path`` without the records of ids gone from the corpus and the older of each stale id's two."""
+        gone = set(self.done) - self.seen
+        if not gone and not self.stale:
+            return
+        LOG.info("%s: dropping %d records of documents no longer in the corpus and %d of changed passages", path,
+                 len(gone), len(self.stale))
+        dropped: set[str] = set()
+        with open(path, encoding="utf-8") as source, atomic_write(path) as out:
+            for line in source:
+                docid = json.loads(line)["id"]
+                if docid in gone or (docid in self.stale and docid not in dropped):
+                    dropped.add(docid)
+                    continue
+                out.write(line)
 
 
 def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLike,
                         generators: Sequence[SideTextGenerator], batch_size: int = 16, seed: int = 42,
                         total: int | None = None) -> int:
-    """Generate the records missing from ``output`` and publish it once complete; returns how many were written."""
+    """Generate the records missing from ``output`` and publish it once complete; returns how many were written.
+    Records are kept only under the same generators and seed (``OUTPUT.key.json``, ``OUTPUT.partial.key.json``)
+    and the same passage text (each record's ``text_sha256``); anything else is generated again."""
     if not generators:
         raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
     output = Path(output)
     partial = partial_path(output)
+    key = json.loads(json.dumps({"seed": seed, "generators": [generator_settings(g) for g in generators]},
+                                default=str))
+    if partial.exists() and _read_key(key_path(partial)) != key:
+        LOG.warning("%s was generated with other models, options or seed: starting over", partial)
+        partial.unlink()
     if not partial.exists() and output.exists():
-        shutil.copyfile(output, partial)  # continue a finished file when the corpus has grown
-    done_ids = read_done_ids(partial)
-    done = set(done_ids)
-    if len(done) != len(done_ids):
-        raise ValueError(f"{partial} repeats ids; remove it and rerun")
-    LOG.info("%d documents already generated in %s", len(done), partial)
-    written = 0
+        if _read_key(key_path(output)) == key:
+            shutil.copyfile(output, partial)  # continue a finished file when the corpus has grown or changed
+        else:
+            LOG.warning("%s was generated with other models, options or seed: generating it again", output)
     partial.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(key_path(partial)) as out:
+        json.dump(key, out, indent=1, sort_keys=True)
+    done = read_done(partial)
+    LOG.info("%d documents already generated in %s", len(done), partial)
+    pending, written = Pending(docs, done), 0
     with open(partial, "a", encoding="utf-8") as sink, tqdm(total=total, initial=len(done), unit="doc",
                                                               desc="generate") as bar:
-        for batch in pending_batches(docs, done, batch_size):
+        for batch in pending.batches(batch_size):
             torch.manual_seed(batch_seed(seed, batch[0][0]))
-            records = [{"id": docid} for docid, _ in batch]
-            passages = [text for _, text in batch]
+            records = [{"id": docid, "text_sha256": digest} for docid, _, digest in batch]
+            passages = [text for _, text, _ in batch]
             for generator in generators:
                 for record, value in zip(records, generator(passages)):
                     record[generator.key] = value
@@ -193,9 +254,16 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
             os.fsync(sink.fileno())
             written += len(records)
             bar.update(len(records))
+    pending.prune(partial)
+    key_path(output).unlink(missing_ok=True)  # between the two renames OUTPUT has no key: never continued from
     os.replace(partial, output)
-    LOG.info("wrote %d new records; %s holds %d", written, output, len(done) + written)
+    os.replace(key_path(partial), key_path(output))
+    LOG.info("wrote %d new records; %s holds %d", written, output, len(pending.seen))
     return written
+
+
+def _read_key(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def count_lines(path: Path) -> int:

@@ -58,7 +58,7 @@ def test_records_hold_queries_and_continuation(tmp_path, query_generator, contin
     n = gen.generate_side_texts(DOCS, out, [query_generator, continuation_generator], batch_size=3)
     records = read_jsonl(out)
     assert n == 7 and [r["id"] for r in records] == [docid for docid, _ in DOCS]
-    assert all(set(r) == {"id", "queries", "continuation"} for r in records)
+    assert all(set(r) == {"id", "text_sha256", "queries", "continuation"} for r in records)
     assert all(len(r["queries"]) == 3 and all(isinstance(q, str) for q in r["queries"]) for r in records)
     assert all(isinstance(r["continuation"], str) for r in records)
     assert not gen.partial_path(out).exists()
@@ -67,7 +67,7 @@ def test_records_hold_queries_and_continuation(tmp_path, query_generator, contin
 def test_switched_off_generator_leaves_its_key_out(tmp_path, continuation_generator):
     out = tmp_path / "side.jsonl"
     gen.generate_side_texts(DOCS[:2], out, [continuation_generator], batch_size=2)
-    assert [set(r) for r in read_jsonl(out)] == [{"id", "continuation"}] * 2
+    assert [set(r) for r in read_jsonl(out)] == [{"id", "text_sha256", "continuation"}] * 2
 
 
 def test_interrupted_run_resumes_to_the_same_file(tmp_path, query_generator, continuation_generator):
@@ -80,17 +80,21 @@ def test_interrupted_run_resumes_to_the_same_file(tmp_path, query_generator, con
         pass
 
     calls = {"n": 0}
+    generate = continuation_generator.model.generate
 
-    def failing(passages):
+    def failing(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 3:  # third batch: two batches (4 docs) are already on disk
             raise Interrupt
-        return continuation_generator(passages)
+        return generate(*args, **kwargs)
 
-    failing.key = continuation_generator.key
     out = tmp_path / "side.jsonl"
-    with pytest.raises(Interrupt):
-        gen.generate_side_texts(DOCS, out, [query_generator, failing], batch_size=2, seed=7)
+    continuation_generator.model.generate = failing
+    try:
+        with pytest.raises(Interrupt):
+            gen.generate_side_texts(DOCS, out, generators, batch_size=2, seed=7)
+    finally:
+        del continuation_generator.model.generate
     partial = gen.partial_path(out)
     assert not out.exists()
     assert [r["id"] for r in read_jsonl(partial)] == ["d0", "d1", "d2", "d3"]
@@ -127,3 +131,25 @@ def test_repeated_corpus_id_is_an_error(tmp_path, continuation_generator):
     with pytest.raises(ValueError, match="occurs twice"):
         gen.generate_side_texts(DOCS[:2] + DOCS[:1], tmp_path / "side.jsonl", [continuation_generator])
     assert not (tmp_path / "side.jsonl").exists()
+
+
+def test_other_settings_or_changed_passages_are_generated_again(tmp_path, query_generator, continuation_generator,
+                                                                 caplog):
+    """A finished file is extended only under the same generators and seed, and only for unchanged passages: a
+    changed passage gets a new record in its place, a document gone from the corpus loses its record."""
+    out = tmp_path / "side.jsonl"
+    assert gen.generate_side_texts(DOCS[:4], out, [query_generator], batch_size=2, seed=7) == 4
+    # another generator set (or seed, model, options): everything again, never the old records beside the new
+    assert gen.generate_side_texts(DOCS[:4], out, [query_generator, continuation_generator], batch_size=2,
+                                   seed=7) == 4
+    assert all("continuation" in r for r in read_jsonl(out)) and "generating it again" in caplog.text
+    both = {r["id"]: r for r in read_jsonl(out)}
+    # same settings: d1's passage changed, d3 left the corpus, d4 joined
+    changed = [DOCS[0], (DOCS[1][0], DOCS[1][1] + " and something new"), DOCS[2], DOCS[4]]
+    assert gen.generate_side_texts(changed, out, [query_generator, continuation_generator], batch_size=2,
+                                   seed=7) == 2
+    records = read_jsonl(out)
+    assert sorted(r["id"] for r in records) == sorted(docid for docid, _ in changed)
+    by_id = {r["id"]: r for r in records}
+    assert by_id["d0"] == both["d0"] and by_id["d2"] == both["d2"]
+    assert by_id["d1"]["text_sha256"] == gen.text_digest(changed[1][1]) != both["d1"]["text_sha256"]
