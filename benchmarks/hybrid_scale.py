@@ -208,6 +208,7 @@ def build(args) -> dict:
     if done.is_file() and json.loads(done.read_text())["settings"] == settings:
         print(f"reusing the index under {work}", flush=True)
         return json.loads(done.read_text())
+    done.unlink(missing_ok=True)  # until the new record, a half-rebuilt index is never taken as the old build
     (work / "card.yaml").write_text(card_text(args))
     card = load_card(work / "card.yaml")
     synthetic = Synthetic(args)
@@ -256,7 +257,11 @@ def with_faiss(args) -> dict:
     from retromae_ir.io import atomic_dir
 
     target = index_dir(args)
-    if args.faiss == "Flat" or (target / "dense" / "index").is_file():
+    # the copy is of this build (its settings) with this nprobe: any other copy is made again
+    key = {"build": json.loads((args.work / "build.json").read_text())["settings"], "faiss": args.faiss,
+           "nprobe": args.nprobe}
+    made = target / "dense" / "key.json"
+    if args.faiss == "Flat" or (made.is_file() and json.loads(made.read_text()) == key):
         return {}
     start = time.perf_counter()
     flat = faiss.read_index(str(args.work / "index" / "dense" / "index"))
@@ -275,6 +280,7 @@ def with_faiss(args) -> dict:
     with atomic_dir(target / "dense") as tmp:
         (tmp / "docid").symlink_to(args.work / "index" / "dense" / "docid")
         faiss.write_index(index, str(tmp / "index"))
+        (tmp / "key.json").write_text(json.dumps(key))
     return {f"faiss_{args.faiss}_build_s": time.perf_counter() - start,
             f"faiss_{args.faiss}_bytes_per_doc": du(target / "dense" / "index") / args.docs}
 
