@@ -119,6 +119,7 @@ def _mine_into(args: MiningArguments) -> Path:
     records = mine(retrieve(args, queries), queries, positives, args)
     if not records:
         raise ValueError("no query kept a negative: widen --min-rank/--max-rank")
+    Path(f"{args.output}.args.json").unlink(missing_ok=True)  # never an earlier run's arguments beside new negatives
     with atomic_write(args.output) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -65,6 +65,7 @@ def write_submission(run: dict, tag: str, out_dir: Path, source: Path, topics_pa
                      description: str) -> tuple[Path, Path]:
     """``out_dir/TAG.gz`` and ``out_dir/TAG.description.txt``, each written atomically."""
     make_dir(out_dir)
+    (out_dir / f"{tag}.description.txt").unlink(missing_ok=True)  # never an earlier run's description (and digest)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         plain = write_trec_run(Path(tmp) / "run.txt", run, tag)
         with atomic_write(out_dir / f"{tag}.gz", "wb") as handle, open(plain, "rb") as text:
