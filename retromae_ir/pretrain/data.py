@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from retromae_ir.data.readers import DataFormatError, iter_beir_corpus, iter_lines
-from retromae_ir.io import atomic_write
+from retromae_ir.io import atomic_write, file_digest
 from retromae_ir.pretrain.collate import Segment
 
 log = logging.getLogger(__name__)
@@ -165,10 +165,12 @@ def _cache_key(path: str | Path, tokenizer, max_length: int) -> str:
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"corpus file not found: {path}")
-    stat = path.stat()
-    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
-    parts = [str(CACHE_VERSION), str(path.resolve()), str(stat.st_size), str(stat.st_mtime_ns), str(max_length),
-             type(tokenizer).__name__, str(getattr(tokenizer, "do_lower_case", "")), vocab]
+    from retromae_ir.pretrain.corpus_stats import tokenizer_fingerprint
+
+    # the corpus's bytes (not its path and mtime: a same-size edit copied with its mtime is another corpus) and the
+    # tokenizer's vocabulary, added tokens, normaliser and pre-tokeniser
+    parts = [str(CACHE_VERSION), file_digest(path), str(max_length), type(tokenizer).__name__,
+             tokenizer_fingerprint(tokenizer)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

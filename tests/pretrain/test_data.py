@@ -53,3 +53,19 @@ def test_cache_round_trip_and_rebuild(tmp_path, tokenizer):
     assert list(load_segments(tmp_path / "c.txt", tokenizer, 16, cache)) == first
     shorter = list(load_segments(tmp_path / "c.txt", tokenizer, 4, cache))  # other max length: rebuilt, not reused
     assert len(shorter) > len(first) and list(load_segments(tmp_path / "c.txt", tokenizer, 4, cache)) == shorter
+
+
+def test_a_same_size_edit_with_its_old_mtime_is_tokenised_again(tmp_path, tokenizer):
+    """The cache is keyed by the corpus's bytes: an edit of the same length, its mtime restored (cp -p, rsync -t),
+    is another corpus."""
+    import os
+
+    corpus, cache = tmp_path / "c.txt", tmp_path / "cache.npz"
+    corpus.write_text("alpha beta gamma delta\n")
+    stat = corpus.stat()
+    first = list(load_segments(corpus, tokenizer, 16, cache))
+    corpus.write_text("alpha beta gamma omega\n")
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    again = list(load_segments(corpus, tokenizer, 16, cache))
+    assert again != first and again[0].input_ids == tokenizer("alpha beta gamma omega",
+                                                              add_special_tokens=False)["input_ids"]
