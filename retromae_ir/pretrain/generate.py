@@ -141,12 +141,13 @@ def generator_settings(generator) -> dict:
     return {"class": type(generator).__name__, "model": getattr(generator.model, "name_or_path", None), **options}
 
 
-def read_done(path: Path) -> dict[str, str | None]:
-    """``{id: text digest}`` of the complete records in ``path``; a torn or undecodable tail is cut off the file.
-    An id that occurs twice is an error."""
+def read_done(path: Path) -> tuple[dict[str, str | None], set[str]]:
+    """``{id: text digest}`` of the complete records in ``path`` (a later record of an id replaces an earlier one:
+    the passage changed and was generated again) and the ids that occur more than once; a torn or undecodable tail
+    is cut off the file."""
     if not path.exists():
-        return {}
-    done, good_end = {}, 0
+        return {}, set()
+    done, repeated, good_end = {}, set(), 0
     with open(path, "rb+") as handle:
         for line in handle:
             if not line.endswith(b"\n"):
@@ -157,13 +158,13 @@ def read_done(path: Path) -> dict[str, str | None]:
             except (ValueError, KeyError, TypeError):
                 break
             if docid in done:
-                raise ValueError(f"{path} repeats id {docid!r}; remove it and rerun")
+                repeated.add(docid)
             done[docid] = record.get("text_sha256")
             good_end += len(line)
         if good_end < handle.seek(0, os.SEEK_END):
             LOG.warning("dropping a torn record at the end of %s (byte %d)", path, good_end)
             handle.truncate(good_end)
-    return done
+    return done, repeated
 
 
 def batch_seed(seed: int, first_id: str) -> int:
@@ -173,13 +174,14 @@ def batch_seed(seed: int, first_id: str) -> int:
 
 class Pending:
     """The ``(docid, text, digest)`` triples still to generate, in corpus order and in batches: documents without
-    a record, or whose record was generated from another text (``stale``). ``prune`` then drops the records no
-    longer wanted (ids gone from the corpus, the old record of each stale id). A repeated id is an error."""
+    a record, or whose record was generated from another text (``replaced``). ``prune`` then drops the records no
+    longer wanted: ids gone from the corpus, and all but the last record of an id generated again (now, or by an
+    interrupted run before). An id repeated in the corpus is an error."""
 
-    def __init__(self, docs: Iterable[tuple[str, str]], done: dict[str, str | None]):
+    def __init__(self, docs: Iterable[tuple[str, str]], done: dict[str, str | None], repeated: set[str]):
         self.docs, self.done = docs, done
         self.seen: set[str] = set()
-        self.stale: set[str] = set()
+        self.replaced: set[str] = set(repeated)
 
     def batches(self, batch_size: int) -> Iterator[list[tuple[str, str, str]]]:
         def todo():
@@ -189,7 +191,7 @@ class Pending:
                 self.seen.add(docid)
                 digest = text_digest(text)
                 if self.done.get(docid, digest) != digest:
-                    self.stale.add(docid)
+                    self.replaced.add(docid)
                 if self.done.get(docid) != digest:
                     yield docid, text, digest
 
@@ -198,27 +200,32 @@ class Pending:
             yield batch
 
     def prune(self, path: Path) -> None:
-        """Rewrite ``path`` without the records of ids gone from the corpus and the older of each stale id's two."""
+        """Rewrite ``path`` without the records of ids gone from the corpus and keeping only the last record of each
+        id generated again."""
         gone = set(self.done) - self.seen
-        if not gone and not self.stale:
+        if not gone and not self.replaced:
             return
-        LOG.info("%s: dropping %d records of documents no longer in the corpus and %d of changed passages", path,
-                 len(gone), len(self.stale))
-        dropped: set[str] = set()
-        with open(path, encoding="utf-8") as source, atomic_write(path) as out:
-            for line in source:
+        LOG.info("%s: dropping the records of %d documents no longer in the corpus and the older records of %d "
+                 "passages generated again", path, len(gone), len(self.replaced))
+        last = {}
+        with open(path, encoding="utf-8") as source:
+            for number, line in enumerate(source):
                 docid = json.loads(line)["id"]
-                if docid in gone or (docid in self.stale and docid not in dropped):
-                    dropped.add(docid)
-                    continue
-                out.write(line)
+                if docid in self.replaced:
+                    last[docid] = number
+        with open(path, encoding="utf-8") as source, atomic_write(path) as out:
+            for number, line in enumerate(source):
+                docid = json.loads(line)["id"]
+                if docid not in gone and last.get(docid, number) == number:
+                    out.write(line)
 
 
 def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLike,
                         generators: Sequence[SideTextGenerator], batch_size: int = 16, seed: int = 42,
                         total: int | None = None) -> int:
     """Generate the records missing from ``output`` and publish it once complete; returns how many were written.
-    Records are kept only under the same generators and seed (``OUTPUT.key.json``, ``OUTPUT.partial.key.json``)
+    Continues only a file made under the same generators and seed (``OUTPUT.key.json``, ``OUTPUT.partial.key.json``;
+    any other is refused, never deleted)
     and the same passage text (each record's ``text_sha256``); anything else is generated again."""
     if not generators:
         raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
@@ -226,20 +233,17 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
     partial = partial_path(output)
     key = json.loads(json.dumps({"seed": seed, "generators": [generator_settings(g) for g in generators]},
                                 default=str))
-    if partial.exists() and _read_key(key_path(partial)) != key:
-        LOG.warning("%s was generated with other models, options or seed: starting over", partial)
-        partial.unlink()
-    if not partial.exists() and output.exists():
-        if _read_key(key_path(output)) == key:
+    continued = partial if partial.exists() else output if output.exists() else None
+    if continued is not None:
+        _check_key(continued, key)  # generated texts can be days of GPU time: refused, never deleted
+        if continued == output:
             shutil.copyfile(output, partial)  # continue a finished file when the corpus has grown or changed
-        else:
-            LOG.warning("%s was generated with other models, options or seed: generating it again", output)
     partial.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(key_path(partial)) as out:
         json.dump(key, out, indent=1, sort_keys=True)
-    done = read_done(partial)
+    done, repeated = read_done(partial)
     LOG.info("%d documents already generated in %s", len(done), partial)
-    pending, written = Pending(docs, done), 0
+    pending, written = Pending(docs, done, repeated), 0
     with open(partial, "a", encoding="utf-8") as sink, tqdm(total=total, initial=len(done), unit="doc",
                                                               desc="generate") as bar:
         for batch in pending.batches(batch_size):
@@ -262,8 +266,15 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
     return written
 
 
-def _read_key(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+def _check_key(path: Path, key: dict) -> None:
+    """Refuse to continue ``path`` unless it was generated under ``key`` (generators, options, seed)."""
+    recorded = json.loads(key_path(path).read_text()) if key_path(path).is_file() else None
+    if recorded == key:
+        return
+    how = ("by an older retromae_ir (no key file), so its settings are unknown" if recorded is None else
+           f"with other settings ({json.dumps(recorded, sort_keys=True)}; this run: {json.dumps(key, sort_keys=True)})")
+    raise ValueError(f"{path} was generated {how}: run with the same settings to continue it, or move it away "
+                     f"to generate afresh")
 
 
 def count_lines(path: Path) -> int:

@@ -133,16 +133,20 @@ def test_repeated_corpus_id_is_an_error(tmp_path, continuation_generator):
     assert not (tmp_path / "side.jsonl").exists()
 
 
-def test_other_settings_or_changed_passages_are_generated_again(tmp_path, query_generator, continuation_generator,
-                                                                 caplog):
+def test_other_settings_are_refused_and_changed_passages_generated_again(tmp_path, query_generator,
+                                                                         continuation_generator):
     """A finished file is extended only under the same generators and seed, and only for unchanged passages: a
     changed passage gets a new record in its place, a document gone from the corpus loses its record."""
     out = tmp_path / "side.jsonl"
     assert gen.generate_side_texts(DOCS[:4], out, [query_generator], batch_size=2, seed=7) == 4
-    # another generator set (or seed, model, options): everything again, never the old records beside the new
+    # another generator set (or seed, model, options): refused, the file kept; moved away, generated afresh
+    before = out.read_text()
+    with pytest.raises(ValueError, match="was generated with other settings .*move it away"):
+        gen.generate_side_texts(DOCS[:4], out, [query_generator, continuation_generator], batch_size=2, seed=7)
+    assert out.read_text() == before and not gen.partial_path(out).exists()
+    out.rename(tmp_path / "queries-only.jsonl")
     assert gen.generate_side_texts(DOCS[:4], out, [query_generator, continuation_generator], batch_size=2,
                                    seed=7) == 4
-    assert all("continuation" in r for r in read_jsonl(out)) and "generating it again" in caplog.text
     both = {r["id"]: r for r in read_jsonl(out)}
     # same settings: d1's passage changed, d3 left the corpus, d4 joined
     changed = [DOCS[0], (DOCS[1][0], DOCS[1][1] + " and something new"), DOCS[2], DOCS[4]]
@@ -153,3 +157,33 @@ def test_other_settings_or_changed_passages_are_generated_again(tmp_path, query_
     by_id = {r["id"]: r for r in records}
     assert by_id["d0"] == both["d0"] and by_id["d2"] == both["d2"]
     assert by_id["d1"]["text_sha256"] == gen.text_digest(changed[1][1]) != both["d1"]["text_sha256"]
+
+
+def test_an_interrupted_regeneration_of_changed_passages_resumes(tmp_path, query_generator):
+    """A finished file, then changed passages whose regeneration is interrupted (old and new records of d0 in the
+    partial file): the rerun finishes with one record an id, the new ones."""
+    out = tmp_path / "side.jsonl"
+    gen.generate_side_texts(DOCS[:4], out, [query_generator], batch_size=1, seed=7)
+    changed = [(docid, text + " revised") for docid, text in DOCS[:4]]
+
+    class Interrupt(Exception):
+        pass
+
+    generate, calls = query_generator.model.generate, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # d0 and d1 generated again, d2 not
+            raise Interrupt
+        return generate(*args, **kwargs)
+
+    query_generator.model.generate = failing
+    try:
+        with pytest.raises(Interrupt):
+            gen.generate_side_texts(changed, out, [query_generator], batch_size=1, seed=7)
+    finally:
+        del query_generator.model.generate
+    assert gen.generate_side_texts(changed, out, [query_generator], batch_size=1, seed=7) == 2
+    records = read_jsonl(out)
+    assert [r["id"] for r in records] == ["d0", "d1", "d2", "d3"]
+    assert all(r["text_sha256"] == gen.text_digest(text) for r, (_, text) in zip(records, changed))
