@@ -102,6 +102,12 @@ def weight_file_digests(folder: str | os.PathLike) -> dict[str, str]:
     return {weights.name: file_digest(weights) for weights in files}
 
 
+def checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
+    """What a run starting from ``checkpoint`` is keyed by: a local folder's weight-file digests, else (a hub
+    name, whose files may not be downloaded yet) the name itself."""
+    return weight_file_digests(checkpoint) if Path(checkpoint).is_dir() else str(checkpoint)
+
+
 def pairs_digest(pairs) -> str:
     """sha256 of (key, text) string pairs, length-prefixed so that no two sequences share one: a corpus's documents
     or a topic set's queries, by content."""

@@ -58,9 +58,9 @@ def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
     or whose checkpoint's weight files differ from those recorded (a checkpoint trained again in place: its queries
     would be encoded by another model than the documents)."""
     if manifest["fingerprint"] == card.fingerprint():
-        if "weights" in manifest and manifest["weights"] != card.weight_digests():
-            changed = sorted(name for name in set(manifest["weights"]) | set(card.weight_digests())
-                             if manifest["weights"].get(name) != card.weight_digests().get(name))
+        recorded, current = manifest.get("weights") or {}, card.weight_digests()
+        if recorded and current and recorded != current:  # {}: unknown (a hub name not in the cache here)
+            changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
             raise IndexMismatchError(f"{where} was encoded with other weights of {card.checkpoint!r} "
                                      f"({', '.join(changed)} differ): encode the corpus again")
         return

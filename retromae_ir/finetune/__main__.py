@@ -18,6 +18,7 @@ from retromae_ir.finetune.calibration import calibrated_teacher_temperature
 from retromae_ir.finetune.data import load_examples
 from retromae_ir.finetune.model import BiEncoder, load_encoder
 from retromae_ir.finetune.trainer import FinetuneTrainer
+from retromae_ir.io import checkpoint_key
 from retromae_ir.logs import setup_logging
 from retromae_ir.training.trainer import exclusive_run, run_identity
 
@@ -35,7 +36,7 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
     card = load_card(model_args.encoder, **overrides)
     # the start's weight files too: a stage trained again in place keeps its card but is another start
     identity = run_identity(model_args, data, loss, training,
-                            {"card": card.fingerprint(), "start_weights": card.weight_digests()})
+                            {"card": card.fingerprint(), "start_weights": checkpoint_key(card.checkpoint_path())})
     with exclusive_run(training, identity):
         return _train(card, model_args, data, loss, training, identity)
 

@@ -11,7 +11,6 @@ import argparse
 import logging
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 
@@ -23,7 +22,7 @@ from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.backbone import check_config
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
 from retromae_ir.pretrain.data import check_maskable, load_segments
-from retromae_ir.io import command_errors, weight_file_digests
+from retromae_ir.io import checkpoint_key, command_errors
 from retromae_ir.training.trainer import Trainer, exclusive_run, run_identity
 
 PROG = "python -m retromae_ir.pretrain"
@@ -48,9 +47,9 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     """Validate cheaply (model type, max length, output dir and what it resumes), then load, tokenise and train."""
     model_name = model_args.model or default_model()
     check_config(model_name, data.max_length)
-    start = Path(model_name)  # a local start's weight files: one trained again in place is another start
+    # a local start's weight files: one trained again in place is another start
     identity = run_identity(model_args, data, masking, training, contrastive, method_args,
-                            {"start_weights": weight_file_digests(start) if start.is_dir() else model_name})
+                            {"start_weights": checkpoint_key(model_name)})
     with exclusive_run(training, identity):
         _train(model_name, data, masking, training, contrastive, method_args, method_cls, identity)
 

@@ -51,6 +51,7 @@ class EncoderRetriever:
     def source_digests(self, corpus: Path) -> dict[str, str]:
         """What an index is built from: the corpus bytes and, for a local checkpoint, its weight files (a card
         whose checkpoint directory was trained again keeps its fingerprint, but not these)."""
+        _ = self.model  # loaded first: a hub name's weight files are in the cache (to be digested) only once downloaded
         weights = {f"{name}_sha256": digest for name, digest in self.card.weight_digests().items()}
         return {"corpus_sha256": file_digest(corpus), **weights}
 

@@ -131,3 +131,21 @@ def test_an_index_of_a_weight_file_since_deleted_is_not_current(tmp_path, tiny_b
     manifest["projection.safetensors_sha256"] = "0" * 64
     (tmp_path / "index" / "manifest.json").write_text(json.dumps(manifest))
     assert not retriever.index_is_current(tmp_path / "index", digests)
+
+
+def test_unknown_weights_are_not_taken_for_other_weights(tmp_path, tiny_bert_dir, monkeypatch):
+    """A hub name whose files are not in this host's cache has no digests ({}): that is not a change of weights,
+    so an index built elsewhere is still searched; known, different digests are refused."""
+    from retromae_ir.encode.cards import EncoderCard, load_card
+    from retromae_ir.encode.manifest import IndexMismatchError, check_card
+
+    card_file = tmp_path / "tiny.yaml"
+    card_file.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
+    card = load_card(str(card_file))
+    manifest = {"fingerprint": card.fingerprint(), "card": card.to_dict(), "weights": card.weight_digests()}
+    check_card(manifest, card, "idx")
+    monkeypatch.setattr(EncoderCard, "weight_digests", lambda self: {})
+    check_card(manifest, card, "idx")
+    monkeypatch.setattr(EncoderCard, "weight_digests", lambda self: {"model.safetensors": "0" * 64})
+    with pytest.raises(IndexMismatchError, match="other weights"):
+        check_card(manifest, card, "idx")
