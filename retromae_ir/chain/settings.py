@@ -45,9 +45,10 @@ def pipeline_stage(name: str) -> str:
     return "baseline" if name.startswith("baseline-") else name
 
 
-def stage_settings(config: ChainConfig, name: str, inputs: dict) -> dict:
+def stage_settings(config: ChainConfig, name: str, inputs: dict, started: bool = False) -> dict:
     """The settings that shaped stage ``name``: its own and those of every stage before it. Stages a configuration
-    skips (pre-training without ``pretrain``, BM25 negatives with in-batch stage 1) contribute nothing."""
+    skips (pre-training without ``pretrain``, BM25 negatives with in-batch stage 1) contribute nothing. ``started``:
+    what its training resumes under (for 0-pretrain, the pre-training alone, not the start's evaluation)."""
     values = {**dataclasses.asdict(config), "stage1_epochs": config.stage_epochs("1"),
               "stage1_lr": config.stage_lr("1"), **inputs}
     skipped = {"0-pretrain"} if not config.pretrain else set()
@@ -55,7 +56,7 @@ def stage_settings(config: ChainConfig, name: str, inputs: dict) -> dict:
     settings = {"pretrain": config.pretrain}
     # with pre-training, the 0-pretrain entry also holds the start's evaluation (its OT weight and metrics), which
     # the start's settings (lengths, k, bf16) shaped
-    last = "0-start" if pipeline_stage(name) == "0-pretrain" else pipeline_stage(name)
+    last = "0-start" if pipeline_stage(name) == "0-pretrain" and not started else pipeline_stage(name)
     for stage, fields in PIPELINE:
         if stage not in skipped:
             settings.update({field: values[field] for field in fields})
@@ -70,7 +71,7 @@ def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str,
     for name, entry in results.items():
         if pipeline_stage(name) not in STAGES:
             raise ChainSettingsError(f"{where}: {name!r} is not a stage of the chain ({', '.join(STAGES)})")
-        expected = stage_settings(config, name, inputs)
+        expected = stage_settings(config, name, inputs, started=verb == "started")
         recorded = entry.get("settings")
         if recorded is None:
             raise ChainSettingsError(
@@ -79,7 +80,8 @@ def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str,
         changed = {field: (recorded.get(field), value) for field, value in expected.items()
                    if recorded.get(field) != value}
         if changed:
-            fields = ", ".join(f"{field} {old!r} -> {new!r}" for field, (old, new) in changed.items())
+            fields = ", ".join(f"{field} {'not recorded (an older retromae_ir)' if field not in recorded else repr(old)}"
+                               f" -> {new!r}" for field, (old, new) in changed.items())
             raise ChainSettingsError(
                 f"{where}: stage {name} was {verb} with other settings ({fields}); this run would mix its results "
                 f"with the new ones. Use a new --output, or remove that stage's folder and entry (and every later "

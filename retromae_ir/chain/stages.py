@@ -88,7 +88,7 @@ class Chain:
         if not done.exists():
             if done.parent != self.output:  # a stage folder: a training stage resumes from its checkpoints there
                 folder = done.parent.relative_to(self.output) if done.parent.is_relative_to(self.output) else done.parent
-                self.started[name] = {"settings": stage_settings(self.config, name, self.inputs),
+                self.started[name] = {"settings": stage_settings(self.config, name, self.inputs, started=True),
                                       "folder": str(folder)}  # relative: an output copied elsewhere holds its own
                 with atomic_write(self.started_path) as handle:
                     json.dump(self.started, handle, indent=2)

@@ -120,14 +120,16 @@ def _encode_chunk(model, docids: list[str], texts: list[str], path: Path, batch_
         np.savez(out, **arrays)
 
 
-def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool) -> Path:
-    """The one finished encoding of ``card`` in ``shard_num`` shards under DIR/.work (the ``merge`` command is not
-    told the corpus); none, or several (other corpora or dtypes), is refused: never a guess."""
+def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **source_fields) -> Path:
+    """The one finished encoding of ``card`` in ``shard_num`` shards under DIR/.work whose sources also hold
+    ``source_fields`` (a caller that knows the corpus passes its ``corpus_digest``; the ``merge`` command is not told
+    it); none, or several (other corpora or dtypes), is refused: never a guess."""
     candidates = []
     for root in sorted((Path(output) / WORK).glob(f"*-of-{shard_num}")):
         source = _read_source(root)
         if source and source["fingerprint"] == card.fingerprint() and source["weights"] == card.weight_digests() \
-                and (source["precision"] == "int8") == int8:
+                and (source["precision"] == "int8") == int8 \
+                and all(source.get(field) == value for field, value in source_fields.items()):
             candidates.append(root)
     finished = [root for root in candidates if not _unfinished(root, shard_num)]
     if len(finished) == 1:

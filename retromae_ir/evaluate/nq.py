@@ -218,10 +218,10 @@ def top_k_accuracy(retrieval_file: str | os.PathLike, ks: Iterable[int] = TOP_K)
     return found
 
 
+# --- encoding and search -----------------------------------------------------------------------------------------
+
 SEARCH_MODES = {"dense", "sparse", "hybrid"}
 
-
-# --- encoding and search -----------------------------------------------------------------------------------------
 
 def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]) -> bool:
     """Built from these passages (ids and texts) by this card, weights and precision: reused, never re-encoded."""
@@ -246,7 +246,7 @@ def build_index(model, corpus: Path, index_dir: Path, shard_id: int | None = Non
     shards run side by side, on other GPUs or machines sharing the folder. Otherwise (the index folder locked): reuse
     an index of these passages, this card, weights and precision; else encode (one shard) or join the ``shard_count``
     finished shards (an unfinished one is an error naming it), then build the indexes and the manifest."""
-    from retromae_ir.encode.corpus import encode_shard, merge, sources, work_dir
+    from retromae_ir.encode.corpus import corpus_digest, encode_shard, find_work, merge, precision
     from retromae_ir.io import claim_output
 
     docids, texts = read_dpr_corpus(corpus)
@@ -262,10 +262,11 @@ def build_index(model, corpus: Path, index_dir: Path, shard_id: int | None = Non
         if shard_count == 1:
             work = encode_shard(model, docids, texts, index_dir, 0, 1, chunk_size, batch_size).parent
         else:
-            work = work_dir(index_dir, sources(model, docids, texts, chunk_size), shard_count)
+            work = find_work(index_dir, model.card, shard_count, model.int8, precision=precision(model),
+                             corpus_digest=corpus_digest(docids, texts))  # whatever --chunk-size the shards had
         del texts
         merge(index_dir, model.card, model.vocab, shard_count, threads, work=work,
-              extra={"corpus": str(corpus), "weights": model.card.weight_digests(), "bf16": model.bf16})
+              extra={"corpus": str(corpus), "bf16": model.bf16})
     return index_dir
 
 

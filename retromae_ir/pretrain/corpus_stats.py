@@ -182,18 +182,18 @@ def _write(target: Path, corpus: Path, tokenizer, name: str, key: StatsKey, line
 
 
 def check_stats_file(path: str | Path, corpus: str | Path, tokenizer) -> None:
-    """A given statistics file (``--master-corpus-stats``) counted by this toolkit from another corpus or under
-    another tokenizer is refused, naming both keys; one without a key (counted elsewhere) cannot be checked and is
-    used with a warning."""
+    """A given statistics file (``--master-corpus-stats``) is the user's choice (say the full corpus's statistics for
+    a run on a sample), so it is used, but never silently: one counted from another corpus or under another
+    tokenizer is named in a warning with both keys, one without a key (counted elsewhere) as unchecked."""
     stats = CorpusStats.load(Path(path))
     key = StatsKey(corpus_fingerprint(corpus)[0], tokenizer_fingerprint(tokenizer))
     if not stats.key:
         LOG.warning("%s records no key: whether it was counted from %s under this tokenizer cannot be checked",
                     path, corpus)
     elif stats.key != key.stored():
-        raise CorpusStatsError(f"{path} was counted from another corpus or tokenizer (key {stats.key.get('digest')}, "
-                               f"{corpus} under this tokenizer gives {key.digest}): omit --master-corpus-stats to "
-                               f"count this corpus's statistics")
+        LOG.warning("%s was counted from another corpus or tokenizer (key %s; %s under this tokenizer gives %s): "
+                    "its keyword statistics are used as given; omit --master-corpus-stats to count this corpus's",
+                    path, stats.key.get("digest"), corpus, key.digest)
 
 
 def ensure_corpus_stats(corpus: str | Path, tokenizer, name: str, batch_size: int = 256) -> Path:

@@ -149,7 +149,7 @@ def check_maskable(segments: SegmentTable, ratio: float, corpus: str | Path) -> 
 def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Path | None = None) -> SegmentTable:
     """Segments from ``cache`` when it was built from this corpus, tokenizer and max length; else tokenise
     (and write the cache when one is named)."""
-    key = _cache_key(path, tokenizer, max_length)
+    key = _cache_key(path, tokenizer, max_length) if cache is not None else None  # hashes the corpus: only for a cache
     if cache is not None and Path(cache).is_file():
         cached = _read_cache(Path(cache), key)
         if cached is not None:

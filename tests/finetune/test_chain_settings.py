@@ -168,3 +168,17 @@ def test_another_dataset_under_the_same_folder_name_is_refused_and_gets_its_own_
     assert '"text": "two 0"' in subs[1] and subs[0] != subs[1]
     with pytest.raises(ChainSettingsError, match=r"stage baseline-bm25 was made with other settings \(data_sha256 "):
         Chain(folder, sub, tmp_path / "out", config, None, False)
+
+
+def test_an_interrupted_pretraining_resumes_whatever_the_start_evaluation_settings():
+    """started.json holds 0-pretrain to the pre-training's settings only: another k or OT weight (which shape only
+    the start's evaluation) may resume it; another pre-training length may not."""
+    config = ChainConfig(pretrain=True)
+    started = {"0-pretrain": {"settings": stage_settings(config, "0-pretrain", INPUTS, started=True)}}
+    check_settings(started, ChainConfig(pretrain=True, k=128, sparse_weight=0.5), INPUTS, "started.json", "started")
+    with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain was started with other settings \(pretrain_steps"):
+        check_settings(started, ChainConfig(pretrain=True, pretrain_steps=7), INPUTS, "started.json", "started")
+    old = {"1-stage1": {"settings": {k: v for k, v in stage_settings(ChainConfig(), "1-stage1", INPUTS).items()
+                                     if k != "data_sha256"}}}
+    with pytest.raises(ChainSettingsError, match=r"data_sha256 not recorded \(an older retromae_ir\) -> 'd1'"):
+        check_settings(old, ChainConfig(), INPUTS, "results.json")
