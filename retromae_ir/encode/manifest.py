@@ -58,7 +58,8 @@ def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
     or whose checkpoint's weight files differ from those recorded (a checkpoint trained again in place: its queries
     would be encoded by another model than the documents)."""
     if manifest["fingerprint"] == card.fingerprint():
-        recorded, current = manifest.get("weights") or {}, card.weight_digests()
+        recorded = manifest.get("weights") or {}
+        current = card.weight_digests() if recorded else {}  # (a hub name is looked up: only when there is a record)
         if recorded and current and recorded != current:  # {}: unknown (a hub name not in the cache here)
             changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
             raise IndexMismatchError(f"{where} was encoded with other weights of {card.checkpoint!r} "
