@@ -16,7 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_corpus
-from retromae_ir.io import atomic_dir, atomic_write, claim_output, file_digest
+from retromae_ir.io import atomic_dir, atomic_write, check_unchanged, claim_output, file_digest
 from retromae_ir.process import run_child
 
 logger = logging.getLogger(__name__)
@@ -62,15 +62,30 @@ def index_is_current(index_dir: Path, fingerprint: dict) -> bool:
 def build_index(corpus: Path, index_dir: Path, threads: int = 2) -> Path:
     """Build (or reuse) a Lucene BM25 index of ``corpus`` (BEIR jsonl or MS MARCO tsv) at ``index_dir``, holding
     its lock throughout; the indexer subprocess dies with this process."""
+    return _build_index(corpus, index_dir, threads)[0]
+
+
+def open_searcher(corpus: Path, index_dir: Path, params: BM25Params = BM25Params(), threads: int = 2) -> "BM25Searcher":
+    """A searcher over the index of ``corpus`` at ``index_dir`` (built or reused), checked after opening to be the
+    index verified under the lock: a process that replaced the folder in between is an error, not a search of
+    another corpus."""
+    index_dir, manifest = _build_index(corpus, index_dir, threads)
+    searcher = BM25Searcher(index_dir, params, threads)
+    check_unchanged(index_dir / MANIFEST, manifest)
+    return searcher
+
+
+def _build_index(corpus: Path, index_dir: Path, threads: int) -> tuple[Path, str]:
+    """The index folder and its manifest as read under the lock."""
     corpus, index_dir = Path(corpus), Path(index_dir)
     with claim_output(index_dir):
         fingerprint = corpus_fingerprint(corpus)
         if index_is_current(index_dir, fingerprint):
             logger.info("reusing BM25 index %s", index_dir)
-            return index_dir
-        with atomic_dir(index_dir) as tmp:
-            _index_collection(corpus, tmp, threads, fingerprint)
-    return index_dir
+        else:
+            with atomic_dir(index_dir) as tmp:
+                _index_collection(corpus, tmp, threads, fingerprint)
+        return index_dir, (index_dir / MANIFEST).read_text()
 
 
 def _index_collection(corpus: Path, folder: Path, threads: int, fingerprint: dict) -> None:
@@ -130,5 +145,4 @@ class BM25Retriever:
                 "corpus_sha256": file_digest(corpus)}
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
-        index = build_index(corpus, self.index_root / index_name, self.threads)
-        return BM25Searcher(index, self.params, self.threads).search(queries)
+        return open_searcher(corpus, self.index_root / index_name, self.params, self.threads).search(queries)

@@ -102,6 +102,16 @@ def weight_file_digests(folder: str | os.PathLike) -> dict[str, str]:
     return {weights.name: file_digest(weights) for weights in files}
 
 
+def check_unchanged(manifest: str | os.PathLike, checked: str) -> None:
+    """Refuse what was just opened from ``manifest``'s folder when the manifest is no longer the one checked under
+    the folder's lock: another process replaced the folder in between, so what was opened may be its index, not the
+    one checked. (Once opened, files stay readable whatever replaces the folder later.)"""
+    manifest = Path(manifest)
+    if not manifest.is_file() or manifest.read_text() != checked:
+        raise RuntimeError(f"{manifest.parent} was replaced by another process while this one opened it; run again "
+                           f"(and give concurrent runs their own index folders)")
+
+
 def checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
     """What a run starting from ``checkpoint`` is keyed by: a local folder's weight-file digests, else (a hub
     name, whose files may not be downloaded yet) the name itself."""

@@ -87,10 +87,10 @@ def retrieve(args: MiningArguments, queries: dict[str, str]) -> dict[str, dict[s
     corpus = Path(args.corpus)
     name = args.index_name or corpus.parent.name
     if args.retriever == "bm25":
-        from retromae_ir.bm25 import BM25Params, BM25Searcher, build_index
+        from retromae_ir.bm25 import BM25Params, open_searcher
 
-        index = build_index(corpus, Path(args.index_root) / "bm25" / name, args.threads)
-        return BM25Searcher(index, BM25Params(hits=args.max_rank), args.threads).search(queries)
+        return open_searcher(corpus, Path(args.index_root) / "bm25" / name, BM25Params(hits=args.max_rank),
+                             args.threads).search(queries)
     from retromae_ir.search.retriever import EncoderRetriever
 
     retriever = EncoderRetriever(args.retriever, args.mode, Path(args.index_root), hits=args.max_rank,

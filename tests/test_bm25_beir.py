@@ -92,6 +92,23 @@ def test_index_is_reused_when_the_corpus_is_unchanged_and_rebuilt_when_it_change
 
 
 @pytest.mark.jvm
+def test_a_bm25_index_replaced_while_it_was_opened_is_an_error(tiny_beir, monkeypatch):
+    import retromae_ir.bm25 as bm25
+
+    corpus = tiny_beir / "data" / "quora" / "corpus.jsonl"
+    assert bm25.open_searcher(corpus, tiny_beir / "idx", threads=1).search({"q": "aardvark"})["q"]
+    real_init = bm25.BM25Searcher.__init__
+
+    def replaced_meanwhile(self, index_dir, *args, **kwargs):
+        real_init(self, index_dir, *args, **kwargs)
+        (index_dir / bm25.MANIFEST).write_text("{}")  # another corpus's index under the same folder
+
+    monkeypatch.setattr(bm25.BM25Searcher, "__init__", replaced_meanwhile)
+    with pytest.raises(RuntimeError, match="was replaced by another process"):
+        bm25.open_searcher(corpus, tiny_beir / "idx", threads=1)
+
+
+@pytest.mark.jvm
 @pytest.mark.slow
 def test_bm25_flat_reproduces_pyserini_on_scifact(shared_data, tmp_path, capsys):
     """Pyserini's published BEIR BM25 flat figures for scifact: nDCG@10 0.6789, R@100 0.9253."""

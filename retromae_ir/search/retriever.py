@@ -9,7 +9,7 @@ from pathlib import Path
 
 from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST
-from retromae_ir.io import claim_output, file_digest
+from retromae_ir.io import check_unchanged, claim_output, file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class EncoderRetriever:
         self.lucene = lucene  # False: no Lucene impact index (a host without Java); the exact searcher needs none
         self.device = device  # None: cuda when available (int8 needs "cpu")
         self.candidates = candidates  # K': each side's top K' nominate the candidates scored exactly
+        self.checked: dict[Path, str] = {}  # index folder -> its manifest as verified under the folder's lock
 
     @cached_property
     def model(self):
@@ -79,11 +80,12 @@ class EncoderRetriever:
             digests = self.source_digests(corpus)
             if self.index_is_current(index_dir, digests):
                 logger.info("reusing %s index %s", self.card.name, index_dir)
-                return index_dir
-            docids, texts = read_corpus(corpus)
-            folder = encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
-            merge(index_dir, self.card, self.model.vocab, threads=self.threads, work=folder.parent,
-                  extra={"corpus": str(corpus), "bf16": self.model.bf16, **digests}, lucene=self.lucene)
+            else:
+                docids, texts = read_corpus(corpus)
+                folder = encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
+                merge(index_dir, self.card, self.model.vocab, threads=self.threads, work=folder.parent,
+                      extra={"corpus": str(corpus), "bf16": self.model.bf16, **digests}, lucene=self.lucene)
+            self.checked[index_dir] = (index_dir / MANIFEST).read_text()  # what retrieve() must find after opening
         return index_dir
 
     def run_key(self, corpus: Path) -> dict:
@@ -98,7 +100,9 @@ class EncoderRetriever:
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
         from retromae_ir.search.exact_hybrid import ExactHybridSearcher
 
-        searcher = ExactHybridSearcher(self.build_index(Path(corpus), index_name), self.model, self.mode,
-                                       candidates=self.candidates, threads=self.threads)
+        index_dir = self.build_index(Path(corpus), index_name)
+        searcher = ExactHybridSearcher(index_dir, self.model, self.mode, candidates=self.candidates,
+                                       threads=self.threads)
+        check_unchanged(index_dir / MANIFEST, self.checked[index_dir])  # not replaced since checked under the lock
         return searcher.batch_search(list(queries.values()), list(queries), k=self.hits, batch_size=self.batch_size)
 

@@ -149,3 +149,25 @@ def test_unknown_weights_are_not_taken_for_other_weights(tmp_path, tiny_bert_dir
     monkeypatch.setattr(EncoderCard, "weight_digests", lambda self: {"model.safetensors": "0" * 64})
     with pytest.raises(IndexMismatchError, match="other weights"):
         check_card(manifest, card, "idx")
+
+
+def test_an_index_replaced_while_it_was_opened_is_an_error_not_a_search(tmp_path, tiny_bert_dir, monkeypatch):
+    """Another process replaces the index folder (same name, other corpus) between the check under the lock and the
+    opening: the search refuses instead of searching the other corpus's index."""
+    import retromae_ir.search.exact_hybrid as exact
+
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
+    retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1)
+    queries = {"q1": "cells", "q2": "the sun"}
+    assert retriever.retrieve(CORPUS, "handful", queries)["q1"]
+    real_init = exact.ExactHybridSearcher.__init__
+
+    def replaced_meanwhile(self, index_dir, *args, **kwargs):
+        manifest = index_dir / "manifest.json"
+        manifest.write_text(manifest.read_text().replace("}", ', "by": "another process"}', 1))
+        real_init(self, index_dir, *args, **kwargs)
+
+    monkeypatch.setattr(exact.ExactHybridSearcher, "__init__", replaced_meanwhile)
+    with pytest.raises(RuntimeError, match="was replaced by another process while this one opened it"):
+        retriever.retrieve(CORPUS, "handful", queries)
