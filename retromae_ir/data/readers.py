@@ -73,6 +73,8 @@ def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
             except UnicodeDecodeError as err:
                 raise DataFormatError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
             line = line.rstrip("\r\n")
+            if number == 1:
+                line = line.removeprefix("\ufeff")  # a byte-order mark would become part of the first id
             if line.strip():
                 yield number, line
 
@@ -267,7 +269,7 @@ _TREC_LABEL = re.compile(r"^\s*(?:Number|Topic):", re.I)
 
 def iter_trec_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[tuple[str, str]]:
     """Stream ``(qid, title)`` from classic TREC topics (``<top> <num> Number: N <title> ... </top>``);
-    a title may run over several lines, up to the next tag."""
+    a title may run over several lines, up to the next tag; a numeric id loses its leading zeros."""
     path = Path(path)
 
     def records():
@@ -285,6 +287,7 @@ def iter_trec_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator
                 if not fields.get("num", "").strip() or "title" not in fields:
                     raise DataFormatError(f"{path}:{start}: TREC topic without <num> or <title>")
                 qid, title = fields["num"].strip(), " ".join(fields["title"].split())
+                qid = str(int(qid)) if qid.isdigit() else qid  # "051" is topic 51 (Anserini's reader, the qrels)
                 yield start, qid, title, (qid, title)
                 current = None
             else:

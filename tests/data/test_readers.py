@@ -163,6 +163,18 @@ def test_topics_trec_format(tmp_path):
     assert load_topics(path) == {"301": "International Organized Crime", "302": "Poliomyelitis and Post-Polio"}
 
 
+def test_zero_padded_trec_topic_numbers_match_their_qrels(tmp_path):
+    """TREC 1-3 number topics 051-200; Anserini's reader and the qrels call them 51-200."""
+    path = write(tmp_path / "topics.51-100.txt", "<top>\n<num> Number: 051\n<title> Airbus Subsidies\n</top>\n")
+    assert load_topics(path) == {"51": "Airbus Subsidies"}
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    topics = write(tmp_path / "topics.tsv", "\ufeff1\tcells\n2\tsun\n".encode("utf-8"))
+    qrels = write(tmp_path / "qrels.txt", "\ufeff1 0 d1 1\n".encode("utf-8"))
+    assert list(load_topics(topics)) == ["1", "2"] and list(load_qrels(qrels)) == ["1"]
+
+
 def test_topics_trec_without_title_names_the_topic_line(tmp_path):
     path = write(tmp_path / "topics.txt", "<top>\n<num> Number: 1\n<title> a\n</top>\n<top>\n<num> Number: 2\n</top>\n")
     with pytest.raises(DataFormatError, match=r"topics\.txt:5: TREC topic without <num> or <title>"):
