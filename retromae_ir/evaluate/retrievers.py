@@ -27,7 +27,9 @@ def add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k1", type=float, default=BM25Params.k1, help="BM25 k1")
     parser.add_argument("--b", type=float, default=BM25Params.b, help="BM25 b")
     parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size (--encoder)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast when encoding (--encoder)")
+    parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                        help="encoding precision (--encoder): bf16 autocast or fp32; auto = bf16 where the hardware "
+                             "runs it natively (retromae_ir/hardware.py), as `encode corpus --dtype auto`")
 
 
 def check_retriever_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -41,7 +43,7 @@ def make_retriever(args: argparse.Namespace):
         from retromae_ir.search.retriever import EncoderRetriever
 
         return EncoderRetriever(args.encoder, args.search, args.index_dir, batch_size=args.batch_size,
-                                threads=args.threads, bf16=args.bf16 or None)
+                                threads=args.threads, bf16=None if args.dtype == "auto" else args.dtype == "bf16")
     return BM25Retriever(args.index_dir / "bm25", BM25Params(args.k1, args.b), args.threads)
 
 

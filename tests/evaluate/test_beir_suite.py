@@ -179,3 +179,16 @@ def test_bm25_run_key_names_its_parameters_and_the_corpus_bytes(tmp_path):
     default = BM25Retriever(tmp_path / "idx").run_key(corpus)
     assert default == {"retriever": "bm25", "k1": 0.9, "b": 0.4, "hits": 1000, "corpus_sha256": file_digest(corpus)}
     assert BM25Retriever(tmp_path / "idx", BM25Params(k1=1.2)).run_key(corpus)["k1"] == 1.2
+
+
+def test_the_drivers_encoding_precision_can_be_forced_either_way(tmp_path):
+    """--dtype fp32 turns bf16 off even where the hardware has it (a store_true --bf16 could only turn it on)."""
+    import argparse
+
+    from retromae_ir.evaluate.retrievers import add_retriever_arguments, make_retriever
+
+    parser = argparse.ArgumentParser()
+    add_retriever_arguments(parser)
+    for dtype, bf16 in (("auto", None), ("fp32", False), ("bf16", True)):
+        args = parser.parse_args(["--encoder", "minilm-mean", "--dtype", dtype, "--index-dir", str(tmp_path)])
+        assert make_retriever(args).bf16 is bf16
