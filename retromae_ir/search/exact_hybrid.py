@@ -43,8 +43,12 @@ class ExactHybridSearcher:
 
     @property
     def model(self) -> EncoderModel:
+        """Queries are encoded in the precision the documents were (the manifest's: fp32, bf16 autocast, int8)."""
         if self._model is None:
-            self._model = EncoderModel.from_card(self.index.card, device=self.device)
+            precision = self.index.manifest.get("precision", "fp32")
+            device = self.device or ("cpu" if precision == "int8" else None)  # int8 runs on the CPU only
+            model = EncoderModel.from_card(self.index.card, device=device, bf16=precision == "bf16")
+            self._model = model.quantize_int8() if precision == "int8" else model
         return self._model
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, batch_size: int = 64):

@@ -171,3 +171,20 @@ def test_an_index_replaced_while_it_was_opened_is_an_error_not_a_search(tmp_path
     monkeypatch.setattr(exact.ExactHybridSearcher, "__init__", replaced_meanwhile)
     with pytest.raises(RuntimeError, match="was replaced by another process while this one opened it"):
         retriever.retrieve(CORPUS, "handful", queries)
+
+
+def test_queries_are_encoded_in_the_precision_of_the_index(tmp_path, tiny_bert_dir):
+    """An index encoded under bf16 autocast is searched with bf16 queries when the searcher loads the card itself
+    (it used to load fp32 whatever the documents were)."""
+    from retromae_ir.encode import EncoderModel
+    from retromae_ir.encode.corpus import encode_shard, merge
+    from retromae_ir.search.exact_hybrid import ExactHybridSearcher
+
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
+    for bf16 in (True, False):
+        model = EncoderModel.from_card(str(card), device="cpu", bf16=bf16)
+        out = tmp_path / f"index-{bf16}"
+        encode_shard(model, ["a", "b"], ["cells divide", "the sun"], out)
+        merge(out, model.card, model.vocab)
+        assert ExactHybridSearcher(out, str(card), mode="dense", device="cpu").model.bf16 is bf16
