@@ -39,7 +39,9 @@ def main(argv=None) -> int:
     with claim_output(args.output):  # one writer per run file; written atomically, once the search is done
         run, tag = _search(args, load_topics(args.topics))
         write_trec_run(args.output, run, tag, args.hits)
-    print(f"wrote {args.output}: {len(run)} queries")
+    found = sum(1 for hits in run.values() if hits)
+    print(f"wrote {args.output}: {found} queries" + (f" ({len(run) - found} of {len(run)} without any hit: "
+                                                     f"not in the run file)" if found < len(run) else ""))
     return 0
 
 

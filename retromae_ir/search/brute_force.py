@@ -60,5 +60,10 @@ class BruteForceScorer:
         return total
 
     def search(self, dense: np.ndarray, sparse=None, k: int = 1000, mode: str = "hybrid"):
+        """The top ``k`` of every query; in sparse mode only documents sharing a term with it (score > 0), as the
+        exact searcher returns, not zero-score documents in docid order."""
         scores = self.scores(dense, sparse, mode)
-        return [top_hits(row, self.index.docids, k) for row in scores]
+        if mode != "sparse":
+            return [top_hits(row, self.index.docids, k) for row in scores]
+        return [top_hits(row[matched], self.index.docids, k, matched)
+                for row, matched in ((row, np.flatnonzero(row > 0)) for row in scores)]

@@ -69,11 +69,12 @@ class ExactHybridSearcher:
         self.index.check_queries(encoded.dense, encoded.sparse, self.mode)
         depth = self.candidates
         dense_ids = None
+        if self.mode == "dense":  # faiss's own top k (not capped at K'), ties at the cut by docid as elsewhere
+            dense_scores, dense_ids = self.index.faiss_index.search(np.ascontiguousarray(encoded.dense), k)
+            return [top_hits(scores[ids >= 0], self.index.docids, k, ids[ids >= 0])
+                    for ids, scores in zip(dense_ids, dense_scores)]
         if self.mode != "sparse":
             dense_scores, dense_ids = self.index.faiss_index.search(np.ascontiguousarray(encoded.dense), depth)
-            if self.mode == "dense":
-                return [[(self.index.docids[i], float(s)) for i, s in zip(ids, scores) if i >= 0][:k]
-                        for ids, scores in zip(dense_ids, dense_scores)]
         sparse = encoded.sparse.tocsr()
 
         def one(b: int):

@@ -152,10 +152,25 @@ def test_memory_mapped_search_gives_brute_force_top10(synthetic):
         searcher.mode = mode
         reference = brute.search(queries.dense, queries.sparse, 10, mode)
         for exact, expected in zip(searcher.search_encoded(queries, 10), reference):
-            if mode == "sparse":  # a document sharing no term with the query has no sparse score
-                expected = [hit for hit in expected if hit[1] > 0]
             assert [d for d, _ in exact] == [d for d, _ in expected]
             np.testing.assert_allclose([s for _, s in exact], [s for _, s in expected], rtol=1e-6, atol=1e-6)
+
+
+def test_dense_mode_returns_k_hits_whatever_k_prime(synthetic):
+    """--mode dense --candidates 10 --hits 50: faiss's top 50, as brute force (K' nominates only for hybrid)."""
+    root, card, _, queries = synthetic
+    searcher = ExactHybridSearcher(root, card, mode="dense", candidates=10)
+    reference = BruteForceScorer(searcher.index).search(queries.dense, queries.sparse, 50, "dense")
+    for exact, expected in zip(searcher.search_encoded(queries, 50), reference):
+        assert len(exact) == 50 and [d for d, _ in exact] == [d for d, _ in expected]
+
+
+def test_brute_force_sparse_mode_returns_only_documents_sharing_a_term(synthetic):
+    root, card, _, queries = synthetic
+    brute = BruteForceScorer(HybridIndex(root, card))
+    hits = brute.search(queries.dense, queries.sparse, 3000, "sparse")
+    scores = brute.scores(queries.dense, queries.sparse, "sparse")
+    assert [len(h) for h in hits] == [int((row > 0).sum()) for row in scores] and all(len(h) < 3000 for h in hits)
 
 
 def test_brute_force_reads_the_stored_float16(synthetic):
