@@ -60,8 +60,9 @@ class _TopicState:
 
 
 def _parse_run(path: Path, max_depth: int, report=None) -> tuple[Run, RunSummary]:
-    """Parse and check a run; each violation raises ``DataFormatError``, or is passed to ``report`` (and the
-    offending line skipped) when a caller wants every violation at once."""
+    """Parse and check a run; each violation raises ``DataFormatError``, or is passed to ``report`` when a caller
+    wants every violation at once: the offending line is then skipped, except for a rank or score out of order,
+    whose line is kept (scoring reads the scores, not the ranks)."""
     def fail(message: str) -> None:
         if report is None:
             raise DataFormatError(message)
