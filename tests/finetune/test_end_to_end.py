@@ -94,3 +94,26 @@ def test_stage1_mine_stage2(tiny_bert_dir, scifact_slice, tmp_path):
         out = model(model.make_collator()([TrainExample(text[0], ["p"], [])], torch.Generator()))
     np.testing.assert_allclose(out["query_dense"].numpy(), encoded.dense, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out["query_sparse"].numpy(), encoded.sparse.toarray(), rtol=1e-5, atol=1e-6)
+
+
+def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, scifact_slice, tmp_path, capsys):
+    """The start card's weight files key the run: the same card over a checkpoint trained again in place is
+    another run, so --resume is refused, naming --start-weights."""
+    import shutil
+
+    from transformers import BertForMaskedLM
+
+    start = tmp_path / "start"
+    shutil.copytree(tiny_bert_dir, start)
+    argv = ["--stage", "1", "--encoder", str(tiny_card_file(start, tmp_path)), "--queries",
+            str(scifact_slice / "queries.jsonl"), "--qrels", str(scifact_slice / "qrels/train.tsv"), "--corpus",
+            str(scifact_slice / "corpus.jsonl"), "--group-size", "1", "--batch-size", "4", "--device", "cpu",
+            "--save-steps", "1", "--output", str(tmp_path / "s1")]
+    finetune([*argv, "--max-steps", "2"])
+    model = BertForMaskedLM.from_pretrained(start)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight.mul_(2.0)
+    model.save_pretrained(start)
+    with pytest.raises(SystemExit) as refused:
+        finetune([*argv, "--max-steps", "3", "--resume"])
+    assert refused.value.code == 2 and "--start-weights" in capsys.readouterr().err
