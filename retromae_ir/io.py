@@ -19,6 +19,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import IO, Iterator
@@ -85,12 +86,25 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+_DIGESTS: dict[tuple, str] = {}
+SETTLED_S = 2.0  # a file untouched this long is remembered by its stat (a rewrite changes its ctime to "now")
+
+
 def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
-    """Hex digest of a file's bytes, read in 1 MiB blocks: tells whether an index was built from this file."""
+    """Hex digest of a file's bytes, read in 1 MiB blocks: tells whether an index was built from this file.
+    Remembered for the process by (device, inode, size, mtime, ctime) once the file has settled, so the keys that
+    name one corpus (run, index, chain) hash a 3 GB collection once, not once each; any later write moves the
+    ctime past the remembered one, even with the mtime put back."""
+    stat = os.stat(path)
+    key = (algorithm, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
     digest = hashlib.new(algorithm)
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
+    if time.time() - max(stat.st_mtime, stat.st_ctime) > SETTLED_S:
+        _DIGESTS[key] = digest.hexdigest()
     return digest.hexdigest()
 
 

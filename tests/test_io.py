@@ -43,3 +43,30 @@ def test_distinct_outputs_do_not_block_each_other(tmp_path):
             pass
     with output_lock(tmp_path / "a"):  # released at the end of the block
         pass
+
+
+def test_a_settled_file_is_hashed_once_and_again_after_any_write(tmp_path, monkeypatch):
+    """file_digest remembers a file untouched for a while by its stat; a rewrite of the same size with the mtime
+    put back still changes the ctime, so it is hashed again."""
+    import hashlib
+    import os
+    import time as clock
+
+    import retromae_ir.io as io
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("alpha\n")
+    later = clock.time() + 60
+    monkeypatch.setattr(io.time, "time", lambda: later)  # the file looks settled
+    assert io.file_digest(path) == hashlib.sha256(b"alpha\n").hexdigest()
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a[0]) or real_open(*a, **k))
+    assert io.file_digest(path) == hashlib.sha256(b"alpha\n").hexdigest() and reads == []  # remembered
+    monkeypatch.undo()
+    monkeypatch.setattr(io.time, "time", lambda: later)
+    stat = path.stat()
+    clock.sleep(0.1)
+    path.write_text("omega\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert io.file_digest(path) == hashlib.sha256(b"omega\n").hexdigest()
