@@ -7,10 +7,10 @@ input tokens (Eq. 8). Total = L_mlm + L_dec + w * L_BoW (Eq. 9 has w = 1, the de
 w = 0.1, ``--bow-weight 0.1``).
 
 Choices, both documented in docs/pretraining.md:
-* Eq. 8 sums over set(X); like the authors' code we average over the set (a uniform soft target), so the term
-  is on the scale of the other cross-entropies whatever the text length.
-* Pooling runs over every non-special, non-padding position (the authors' code). Eq. 6 excludes the positions
-  the encoder masked: ``--bow-exclude-masked``.
+* Eq. 8 sums over set(X); we average over the set (a uniform soft target summing to 1; the authors' code weights
+  each distinct token by 1/len(X)), so the term is on the scale of the other cross-entropies whatever the length.
+* Pooling runs over every non-special, non-padding position (the authors' code pools [SEP] too). Eq. 6 excludes
+  the positions the encoder masked: ``--bow-exclude-masked``.
 """
 from __future__ import annotations
 
