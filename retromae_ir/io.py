@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import errno
 import hashlib
+import json
 import logging
 import os
 import re
@@ -124,6 +125,29 @@ def check_unchanged(manifest: str | os.PathLike, checked: str) -> None:
     if not manifest.is_file() or manifest.read_text() != checked:
         raise RuntimeError(f"{manifest.parent} was replaced by another process while this one opened it; run again "
                            f"(and give concurrent runs their own index folders)")
+
+
+def as_stored(key: dict) -> dict:
+    """``key`` as it reads back from a JSON file (tuples become lists, other values their str), for comparing."""
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
+
+
+def key_path(path: str | os.PathLike) -> Path:
+    """Where the key of an output that may be reused or continued is kept: ``PATH.key.json``."""
+    path = Path(path)
+    return path.with_name(path.name + ".key.json")
+
+
+def read_key(path: str | os.PathLike) -> dict | None:
+    """The key recorded for ``path`` (see ``key_path``), or None when there is none."""
+    recorded = key_path(path)
+    return json.loads(recorded.read_text()) if recorded.is_file() else None
+
+
+def write_key(path: str | os.PathLike, key: dict) -> None:
+    """Record ``key`` for ``path``, atomically."""
+    with atomic_write(key_path(path)) as out:
+        json.dump(key, out, indent=1, sort_keys=True)
 
 
 def checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:

@@ -8,7 +8,6 @@ parameters or a changed corpus are retrieved again instead of scored from an old
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from retromae_ir.data.readers import iter_corpus
-from retromae_ir.io import atomic_write, pairs_digest
+from retromae_ir.io import as_stored, key_path, pairs_digest, read_key, write_key
 from retromae_ir.runs import Run, read_trec_run, write_trec_run
 
 logger = logging.getLogger(__name__)
@@ -53,25 +52,20 @@ def run_key(retriever, corpus: str | os.PathLike, queries: dict[str, str], **ext
     return {**retriever.run_key(Path(corpus)), "queries_sha256": pairs_digest(sorted(queries.items())), **extra}
 
 
-def key_path(path: Path) -> Path:
-    return path.with_name(path.name + ".key.json")
-
-
 def cached_run(path: str | os.PathLike, retrieve: Callable[[], Run], queries: Iterable[str], tag: str,
                key: dict, force: bool = False) -> CachedRun:
     """The run in ``path`` if it was made under ``key`` (see ``run_key``) and is usable, unless ``force``; else
     ``retrieve()``'s, written to ``path`` atomically once it has passed ``checked_run``, then its key. Judged
     queries without hits are logged and returned."""
     path, queries = Path(path), list(queries)
-    key = json.loads(json.dumps(key, sort_keys=True))  # as it reads back from the file
+    key = as_stored(key)
     run = None if force else _reusable(path, len(queries), key)
     reused = run is not None
     if run is None:
         run = checked_run(retrieve(), len(queries), f"{path.name}: retrieval")
         key_path(path).unlink(missing_ok=True)  # until the new key is written, the run file is not reusable
         write_trec_run(path, run, tag)
-        with atomic_write(key_path(path)) as out:
-            json.dump(key, out, indent=1, sort_keys=True)
+        write_key(path, key)
     no_hits = sorted(set(queries) - set(run))
     if no_hits:
         logger.warning("%s: %d of %d judged queries have no hits (they score 0), e.g. %s", path, len(no_hits),
@@ -85,7 +79,7 @@ def _reusable(path: Path, queries: int, key: dict) -> Run | None:
     failed retrieval) is reported and redone, not scored."""
     if not path.is_file():
         return None
-    recorded = json.loads(key_path(path).read_text()) if key_path(path).is_file() else None
+    recorded = read_key(path)
     if recorded != key:
         differing = "no key recorded" if recorded is None else "made with other " + ", ".join(
             sorted(name for name in set(key) | set(recorded) if key.get(name) != recorded.get(name)))

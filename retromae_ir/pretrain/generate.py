@@ -33,7 +33,7 @@ import torch
 from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, command
-from retromae_ir.io import atomic_write
+from retromae_ir.io import as_stored, atomic_write, key_path, read_key, write_key
 from retromae_ir.pretrain.data import iter_documents
 
 LOG = logging.getLogger(__name__)
@@ -121,10 +121,6 @@ def load_continuation_generator(name: str, device: str, **options) -> Continuati
 
 def partial_path(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
-
-
-def key_path(path: Path) -> Path:
-    return path.with_name(path.name + ".key.json")
 
 
 def text_digest(text: str) -> str:
@@ -225,22 +221,20 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
                         total: int | None = None) -> int:
     """Generate the records missing from ``output`` and publish it once complete; returns how many were written.
     Continues only a file made under the same generators and seed (``OUTPUT.key.json``, ``OUTPUT.partial.key.json``;
-    any other is refused, never deleted)
-    and the same passage text (each record's ``text_sha256``); anything else is generated again."""
+    one of other settings is refused, never deleted), and a record only while its passage is unchanged (each
+    record's ``text_sha256``); anything else is generated again."""
     if not generators:
         raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
     output = Path(output)
     partial = partial_path(output)
-    key = json.loads(json.dumps({"seed": seed, "generators": [generator_settings(g) for g in generators]},
-                                default=str))
+    key = as_stored({"seed": seed, "generators": [generator_settings(g) for g in generators]})
     continued = partial if partial.exists() else output if output.exists() else None
     if continued is not None:
         _check_key(continued, key)  # generated texts can be days of GPU time: refused, never deleted
         if continued == output:
             shutil.copyfile(output, partial)  # continue a finished file when the corpus has grown or changed
     partial.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(key_path(partial)) as out:
-        json.dump(key, out, indent=1, sort_keys=True)
+    write_key(partial, key)
     done, repeated = read_done(partial)
     LOG.info("%d documents already generated in %s", len(done), partial)
     pending, written = Pending(docs, done, repeated), 0
@@ -268,7 +262,7 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
 
 def _check_key(path: Path, key: dict) -> None:
     """Refuse to continue ``path`` unless it was generated under ``key`` (generators, options, seed)."""
-    recorded = json.loads(key_path(path).read_text()) if key_path(path).is_file() else None
+    recorded = read_key(path)
     if recorded == key:
         return
     how = ("by an older retromae_ir (no key file), so its settings are unknown" if recorded is None else

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
 from retromae_ir.finetune.data import load_passages, read_jsonl_examples
-from retromae_ir.io import atomic_write, file_digest, weight_file_digests
+from retromae_ir.io import as_stored, checkpoint_key, file_digest, key_path, read_key, write_key
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +46,7 @@ def _completed(partial: Path) -> int:
 
 def score_key(model, args: ScoreArguments) -> dict:
     """What the scores depend on: the cross-encoder's weight files and max length, the input and corpus bytes."""
-    folder = Path(model.args.model)
-    return {"model_weights": weight_file_digests(folder) if folder.is_dir() else model.args.model,
+    return {"model_weights": checkpoint_key(model.args.model),
             "max_length": model.args.max_length, "input_sha256": file_digest(args.input),
             "corpus_sha256": file_digest(args.corpus) if args.corpus else None}
 
@@ -55,13 +54,10 @@ def score_key(model, args: ScoreArguments) -> dict:
 def _resume(partial: Path, key: dict) -> int:
     """Records of ``partial`` to keep: its complete ones when it was written under ``key``, else none (a partial
     file of other inputs is deleted); the key of the file to be written is in place before it returns."""
-    key_file = partial.with_name(partial.name + ".key.json")
-    recorded = json.loads(key_file.read_text()) if key_file.is_file() else None
-    if partial.is_file() and recorded != key:
+    if partial.is_file() and read_key(partial) != key:
         logger.warning("%s was written with another model or input: scoring from the start", partial)
         partial.unlink()
-    with atomic_write(key_file) as out:
-        json.dump(key, out, indent=1, sort_keys=True)
+    write_key(partial, key)
     return _completed(partial)
 
 
@@ -71,7 +67,7 @@ def score_file(model, args: ScoreArguments) -> Path:
     records = [json.loads(line) for _, line in iter_lines(args.input)]
     output = Path(args.output)
     partial = output.with_name(output.name + ".partial")
-    done = _resume(partial, json.loads(json.dumps(score_key(model, args))))
+    done = _resume(partial, as_stored(score_key(model, args)))
     if done:
         logger.info("%s: continuing after %d scored queries", partial, done)
     model.eval()
@@ -91,6 +87,6 @@ def score_file(model, args: ScoreArguments) -> Path:
                 offset = end
             out.flush()
     os.replace(partial, output)
-    partial.with_name(partial.name + ".key.json").unlink()
+    key_path(partial).unlink()
     logger.info("%s: %d queries scored", output, len(examples))
     return output

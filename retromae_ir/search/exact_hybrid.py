@@ -73,7 +73,7 @@ class ExactHybridSearcher:
             dense_scores, dense_ids = self.index.faiss_index.search(np.ascontiguousarray(encoded.dense), k)
             return [top_hits(scores[ids >= 0], self.index.docids, k, ids[ids >= 0])
                     for ids, scores in zip(dense_ids, dense_scores)]
-        if self.mode != "sparse":
+        if self.mode == "hybrid":
             dense_scores, dense_ids = self.index.faiss_index.search(np.ascontiguousarray(encoded.dense), depth)
         sparse = encoded.sparse.tocsr()
 

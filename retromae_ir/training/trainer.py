@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from retromae_ir.io import atomic_dir, atomic_write, file_digest, output_lock, remove_stale_temporaries
+from retromae_ir.io import as_stored, atomic_dir, atomic_write, file_digest, output_lock, remove_stale_temporaries
 from retromae_ir.training.arguments import TrainingArguments
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ def run_identity(*groups: Any) -> dict:
         for name, value in fields.items():
             if name not in UNKEYED:
                 identity[name] = _contents_key(value) if name in INPUT_FILES and value else value
-    return json.loads(json.dumps(identity, sort_keys=True, default=str))  # as it reads back from run.json
+    return as_stored(identity)  # as it reads back from run.json
 
 
 def _contents_key(path: str) -> str:
