@@ -313,20 +313,29 @@ def phase_ours(args, memory: Memory) -> dict:
     for depth in args.candidates:
         searcher.candidates = depth
         hits = []
+        read_before = bytes_read()
         start = time.perf_counter()
         for first in range(0, len(encoded), 64):
             batch = Encoded(encoded.dense[first:first + 64], encoded.sparse[first:first + 64])
             hits.extend(searcher.search_encoded(batch, args.hits))
         seconds = time.perf_counter() - start
+        read_per_query = (bytes_read() - read_before) / len(encoded)
         memory.mark(f"searched K'={depth}")
         start = time.perf_counter()
         faiss.omp_set_num_threads(args.threads)
         searcher.index.faiss_index.search(np.ascontiguousarray(encoded.dense), depth)
         runs[depth] = {"search_s": seconds, "qps": len(encoded) / seconds, "faiss_alone_s": time.perf_counter() - start,
-                       "top10": [[d for d, _ in h[:10]] for h in hits]}
+                       "top10": [[d for d, _ in h[:10]] for h in hits], "bytes_read_per_query": read_per_query}
     store = searcher.index.store
     postings = [store.posting_count(encoded.sparse[q].indices) for q in range(len(encoded))]
     return {"load_s": load_s, "runs": runs, "postings_read_per_query": float(np.mean(postings))}
+
+
+def bytes_read() -> int:
+    """Bytes this process has read through read/pread calls (/proc/self/io rchar): page-cache hits included,
+    pages of a memory-mapped file not."""
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
 
 
 def phase_pyserini(args, memory: Memory) -> dict:
@@ -474,7 +483,8 @@ def table(args, results: dict) -> str:
                       f"{gib(peak['VmHWM'])} |")
     lines += memory
     if "ours" in results:
-        faiss_s = ", ".join(f"K'={d}: {run['faiss_alone_s']:.2f} s of {run['search_s']:.2f} s"
+        faiss_s = ", ".join(f"K'={d}: {run['faiss_alone_s']:.2f} s of {run['search_s']:.2f} s, "
+                            f"{run.get('bytes_read_per_query', 0) / 2 ** 20:.1f} MiB read a query"
                             for d, run in results["ours"]["runs"].items())
         lines.append(f"\nours: faiss alone {faiss_s}; {results['ours']['postings_read_per_query']:,.0f} postings read "
                      f"a query")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,11 +67,51 @@ def test_accumulate_equals_scipy_bit_for_bit(tmp_path):
     matrix = random_ot(rng, 400, 300, 30)
     write_ot_store(tmp_path / "ot", lambda: [matrix], 300)
     store = OTStore.open(tmp_path / "ot")
+    assert store._files is not None  # postings read from the files, not through the mapping
+    memory = OTStore.from_csr(matrix)
     queries = random_ot(rng, 20, 300, 25)
     reference = (queries @ store.to_csr()).toarray()
     for q in range(20):
         row = queries[q]
         np.testing.assert_array_equal(store.scores(row.indices, row.data), reference[q])
+        np.testing.assert_array_equal(memory.scores(row.indices, row.data), reference[q])
+
+
+def mapped_rss_kib(folder) -> int:
+    """Resident KiB of this process's mappings of the files in ``folder`` (Linux /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line: range perms offset dev inode [path]
+                inside = len(fields) == 6 and fields[5].startswith(str(folder))
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's /proc/self/smaps")
+def test_scoring_leaves_no_store_page_in_the_resident_set(tmp_path):
+    rng = np.random.default_rng(3)
+    matrix = random_ot(rng, 5000, 200, 60)  # about 1.1 MB of postings
+    write_ot_store(tmp_path / "ot", lambda: [matrix], 200)
+    store = OTStore.open(tmp_path / "ot")
+    every_term = np.arange(200)
+    scores = store.scores(every_term, np.ones(200, np.float32))  # reads the whole store
+    np.testing.assert_array_equal(scores, OTStore.from_csr(matrix).scores(every_term, np.ones(200, np.float32)))
+    assert mapped_rss_kib(tmp_path / "ot") == 0
+    store.to_csr()  # reads the weights (284 KiB) through the mapping, which pages them in: the probe sees it
+    assert mapped_rss_kib(tmp_path / "ot") >= 280
+
+
+def test_a_store_truncated_after_opening_is_named(tmp_path):
+    write_ot_store(tmp_path / "ot", lambda: [scipy.sparse.csr_matrix(np.ones((3, 4), np.float32))], 4)
+    store = OTStore.open(tmp_path / "ot")
+    path = tmp_path / "ot" / "weights.npy"
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size - 4)
+    with pytest.raises(StoreFormatError, match="weights.npy ends before posting 12 .*encode the corpus again"):
+        store.scores(np.arange(4), np.ones(4, np.float32))
 
 
 def test_duplicates_are_summed_and_bad_weights_refused(tmp_path):
