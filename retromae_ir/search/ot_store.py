@@ -8,7 +8,7 @@
 6 bytes a posting plus 8 bytes a vocabulary entry: 2,304 bytes a document at k = 384. A query reads the posting
 lists of its terms and nothing else, with positional reads (``os.pread``) into memory it frees when the query is
 done: the store's pages stay in the kernel's page cache (shared, dropped under pressure) and never enter the
-process's resident set, which a memory-mapped read would grow to the whole store as queries touch it (2.2 GiB of
+process's resident set, which a memory-mapped read would grow to the whole store as queries touch it (1.8 GiB of
 file-backed RSS after 200 queries at 1M documents, 20 GB at MS MARCO's 8.8M). The arrays are also memory-mapped
 (``numpy.load(mmap_mode="r")``) for reading the whole store at once (``to_csr``: brute force, sweeps, tests).
 
@@ -63,7 +63,8 @@ class OTStore:
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> "OTStore":
-        """Memory-map a store written by :func:`write_ot_store` (nothing is read until a query touches it)."""
+        """Open a store written by :func:`write_ot_store`: the offsets are read, the postings only when a query
+        needs them (positional reads; the arrays are mapped for whole-store reads, which page nothing in until used)."""
         folder = Path(folder)
         meta_path = folder / META
         if not meta_path.is_file():
