@@ -21,6 +21,9 @@ class DenseEncoderModel(EncoderModel):
         projection = load_projection(path, backbone.config.hidden_size, card.dims)
         return cls(card, backbone, AutoTokenizer.from_pretrained(path), projection)
 
+    def _backbone(self):
+        return self, "backbone"
+
     def represent(self, input_ids, attention_mask, k=None):
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self._dense(pool(hidden, attention_mask, self.card.pooling)), None

@@ -37,6 +37,9 @@ class DupMAEEncoderModel(EncoderModel):
     def lm_head(self) -> torch.nn.Module:
         return self.mlm.cls if hasattr(self.mlm, "cls") else self.mlm.lm_head
 
+    def _backbone(self):
+        return self.mlm, self.mlm.base_model_prefix  # base_model is a read-only property over this attribute
+
     def represent(self, input_ids, attention_mask, k=None):
         hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         dense = self._dense(pool(hidden, attention_mask, self.card.pooling))

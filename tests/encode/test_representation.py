@@ -150,3 +150,30 @@ def test_int8_refuses_a_gpu_model(tiny_card):
     model = EncoderModel.from_card(tiny_card, device="meta")
     with pytest.raises(ValueError, match="CPU only, not meta"):
         model.quantize_int8()
+
+
+def test_compiled_backbone_gives_the_eager_vectors(tiny_card, tiny_model):
+    texts = TEXTS[:2] + TEXTS[3:]
+    eager = tiny_model.encode_passage(texts)
+    model = EncoderModel.from_card(tiny_card, device="cpu").compile_backbone()
+    assert model.compiled and type(model.mlm.bert).__name__ == "OptimizedModule"
+    for _ in range(2):  # the second call reuses the compiled graph with other lengths (dynamic shapes)
+        compiled = model.encode_passage(texts)
+        np.testing.assert_allclose(compiled.dense, eager.dense, atol=1e-5)
+        np.testing.assert_array_equal(compiled.sparse.indptr, eager.sparse.indptr)  # the same top-k terms
+        np.testing.assert_array_equal(compiled.sparse.indices, eager.sparse.indices)
+        np.testing.assert_allclose(compiled.sparse.data, eager.sparse.data, rtol=1e-5)
+        texts = texts[:2]
+        eager = tiny_model.encode_passage(texts)
+    with pytest.raises(ValueError, match="int8 and compile_backbone do not combine"):
+        model.quantize_int8()
+
+
+def test_the_cli_refuses_compile_with_int8(capsys):
+    from retromae_ir.encode.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["queries", "--encoder", "minilm-cls", "--output", "/nonexistent/out", "--topics", "/nonexistent/t.tsv",
+              "--compile", "--dtype", "int8"])
+    assert exit_.value.code == 2
+    assert "--compile and --dtype int8 do not combine" in capsys.readouterr().err
