@@ -72,7 +72,7 @@ def _model(args):
     model = EncoderModel.from_card(args.encoder, device=args.device, bf16=bf16)
     if args.dtype == "int8":
         model.quantize_int8()
-    return model.compile_backbone() if args.compile else model
+    return model.compile_frozen() if args.compile else model
 
 
 def _vocab(card) -> list[str]:

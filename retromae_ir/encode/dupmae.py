@@ -6,7 +6,7 @@ import logging
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from retromae_ir.encode.base import EncoderModel, load_projection
+from retromae_ir.encode.base import EncoderModel, PackedLinear, load_projection
 from retromae_ir.encode.representation import (max_pool_logits, ordinary_token_mask, pool,
                                                sparse_representation, top_k)
 from retromae_ir.mlm_head import init_identity_head
@@ -39,6 +39,14 @@ class DupMAEEncoderModel(EncoderModel):
 
     def _backbone(self):
         return self.mlm, self.mlm.base_model_prefix  # base_model is a read-only property over this attribute
+
+    def _pack_outside_backbone(self):
+        """The tied decoder runs outside the compiled transformer, on the ordinary tokens' packed rows
+        (``max_pool_logits``): a :class:`PackedLinear` copy puts it on oneDNN too (it then goes through
+        ``max_pool_logits``' path for other decoders, [rows * tile / V, V] logits at a time)."""
+        head = getattr(self.lm_head, "predictions", self.lm_head)
+        if type(getattr(head, "decoder", None)) is torch.nn.Linear and PackedLinear.available(self.device):
+            head.decoder = PackedLinear(head.decoder)
 
     def represent(self, input_ids, attention_mask, k=None):
         hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from retromae_ir.encode import EncoderModel, load_card
+from retromae_ir.encode.base import PackedLinear
 from retromae_ir.encode.cards import CardError
 from retromae_ir.encode.representation import ACTIVATIONS, activation, quantize, top_k
 
@@ -155,8 +156,9 @@ def test_int8_refuses_a_gpu_model(tiny_card):
 def test_compiled_backbone_gives_the_eager_vectors(tiny_card, tiny_model):
     texts = TEXTS[:2] + TEXTS[3:]
     eager = tiny_model.encode_passage(texts)
-    model = EncoderModel.from_card(tiny_card, device="cpu").compile_backbone()
+    model = EncoderModel.from_card(tiny_card, device="cpu").compile_frozen()
     assert model.compiled and type(model.mlm.bert.compiled).__name__ == "OptimizedModule"
+    assert isinstance(model.lm_head.predictions.decoder, PackedLinear)  # the head's decoder on oneDNN too
     for _ in range(2):  # the second call reuses the compiled graph with other lengths (dynamic shapes)
         compiled = model.encode_passage(texts)
         np.testing.assert_allclose(compiled.dense, eager.dense, atol=1e-5)
@@ -165,7 +167,7 @@ def test_compiled_backbone_gives_the_eager_vectors(tiny_card, tiny_model):
         np.testing.assert_allclose(compiled.sparse.data, eager.sparse.data, rtol=1e-5)
         texts = texts[:2]
         eager = tiny_model.encode_passage(texts)
-    with pytest.raises(ValueError, match="int8 and compile_backbone do not combine"):
+    with pytest.raises(ValueError, match="int8 and compile_frozen do not combine"):
         model.quantize_int8()
     # the linear layers' weights are frozen into the graph, pre-packed: changing one no longer matters
     with torch.no_grad():
@@ -181,3 +183,13 @@ def test_the_cli_refuses_compile_with_int8(capsys):
               "--compile", "--dtype", "int8"])
     assert exit_.value.code == 2
     assert "--compile and --dtype int8 do not combine" in capsys.readouterr().err
+
+
+def test_packed_linear_equals_the_linear():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(24, 70)
+    x = torch.randn(9, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(PackedLinear(linear)(x), linear(x), rtol=1e-5, atol=1e-5)
+        no_bias = torch.nn.Linear(24, 70, bias=False)
+        torch.testing.assert_close(PackedLinear(no_bias)(x), no_bias(x), rtol=1e-5, atol=1e-5)
