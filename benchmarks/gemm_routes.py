@@ -1,0 +1,63 @@
+"""fp32 GEMM speed of each route PyTorch has on this CPU, at the shapes the encoders run.
+
+    .venv/bin/python benchmarks/gemm_routes.py --threads 2
+
+Routes: ``F.linear`` (MKL's sgemm), a frozen ``torch.compile``d ``nn.Linear`` (``FrozenCompiled``: inductor
+pre-packs the weight for oneDNN when the batch is symbolic), and :class:`retromae_ir.encode.base.PackedLinear`
+(oneDNN with a pre-packed weight, no compilation). Shapes: a square 2048 product, MiniLM's attention projection and
+FFN over 64 x 256 tokens, and DupMAE's decoder over 137 packed rows (``max_pool_logits``' tile for another decoder).
+Best of ``--calls`` calls after three untimed ones; GFLOP/s = 2 M K N / seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+SHAPES = {"square 2048": (2048, 2048, 2048), "attention projection": (16384, 384, 384),
+          "FFN in": (16384, 384, 1536), "FFN out": (16384, 1536, 384), "DupMAE decoder": (137, 384, 30522)}
+
+
+def best_gflops(call, flops: int, calls: int) -> float:
+    for _ in range(3):
+        call()
+    best = float("inf")
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - start)
+    return flops / best / 1e9
+
+
+def main(argv=None) -> int:
+    from retromae_ir.encode.base import FrozenCompiled, PackedLinear
+
+    parser = argparse.ArgumentParser(prog="benchmarks/gemm_routes.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=20)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = ["| shape (M x K x N) | F.linear (MKL) | frozen torch.compile (oneDNN) | PackedLinear (oneDNN) |",
+            "| --- | --- | --- | --- |"]
+    results = {}
+    with torch.no_grad():
+        for name, (m, k, n) in SHAPES.items():
+            x, linear = torch.randn(m, k), torch.nn.Linear(k, n).eval()
+            flops = 2 * m * k * n
+            compiled, packed = FrozenCompiled(linear), PackedLinear(linear)
+            results[name] = {"F.linear": best_gflops(lambda: linear(x), flops, args.calls),
+                             "frozen torch.compile": best_gflops(lambda: compiled(x), flops, args.calls),
+                             "PackedLinear": best_gflops(lambda: packed(x), flops, args.calls)}
+            rows.append(f"| {name} ({m} x {k} x {n}) | " + " | ".join(f"{v:.0f}" for v in results[name].values())
+                        + " |")
+            print(rows[-1], flush=True)
+    print(json.dumps({"threads": args.threads, "gflops": results}))
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
