@@ -30,11 +30,15 @@ def add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
                         help="encoding precision (--encoder): bf16 autocast or fp32; auto = bf16 where the hardware "
                              "runs it natively (retromae_ir/hardware.py), as `encode corpus --dtype auto`")
+    parser.add_argument("--compile", action="store_true",
+                        help="with --encoder: torch.compile the encoder with frozen weights, as `encode corpus "
+                             "--compile` (about 2x faster fp32 encoding on AVX-512 CPUs, docs/encoders.md)")
 
 
 def check_retriever_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.search and not args.encoder:
-        parser.error("--search goes with --encoder")
+    for flag in ("search", "compile"):
+        if getattr(args, flag) and not args.encoder:
+            parser.error(f"--{flag} goes with --encoder")
 
 
 def make_retriever(args: argparse.Namespace):
@@ -43,7 +47,8 @@ def make_retriever(args: argparse.Namespace):
         from retromae_ir.search.retriever import EncoderRetriever
 
         return EncoderRetriever(args.encoder, args.search, args.index_dir, batch_size=args.batch_size,
-                                threads=args.threads, bf16=None if args.dtype == "auto" else args.dtype == "bf16")
+                                threads=args.threads, bf16=None if args.dtype == "auto" else args.dtype == "bf16",
+                                compile_frozen=args.compile)
     return BM25Retriever(args.index_dir / "bm25", BM25Params(args.k1, args.b), args.threads)
 
 

@@ -2,10 +2,12 @@
 or searching, and re-search (--force) without re-encoding."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,3 +61,25 @@ def test_search_mode_without_encoder_is_refused(capsys):
     with pytest.raises(SystemExit):
         beir_all.main(["--search", "dense"])
     assert "--search goes with --encoder" in capsys.readouterr().err
+
+
+def test_compile_without_encoder_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        beir_all.main(["--compile"])
+    assert "--compile goes with --encoder" in capsys.readouterr().err
+
+
+def test_compile_reaches_the_retrievers_model(tiny_bert_dir, tmp_path):
+    from retromae_ir.encode.base import FrozenCompiled
+    from retromae_ir.evaluate.retrievers import add_retriever_arguments, make_retriever
+
+    card = tmp_path / "card.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
+    parser = argparse.ArgumentParser()
+    add_retriever_arguments(parser)
+    compiled = make_retriever(parser.parse_args(["--encoder", str(card), "--compile", "--dtype", "fp32"]))
+    eager = make_retriever(parser.parse_args(["--encoder", str(card), "--dtype", "fp32"]))
+    assert isinstance(compiled.model.backbone, FrozenCompiled) and not isinstance(eager.model.backbone, FrozenCompiled)
+    texts = ["a short text", "another text, somewhat longer than the first one"]
+    np.testing.assert_allclose(compiled.model.encode_passage(texts).dense, eager.model.encode_passage(texts).dense,
+                               atol=1e-5)
