@@ -69,8 +69,9 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
                  dtypes: tuple[str, ...] = ("fp32", "bf16")) -> dict[str, dict[str, float]]:
     """GFLOP/s of a product by each route PyTorch has on ``device``: ``a @ b`` (MKL's gemm on a CPU, cuBLAS on a
     GPU; square, ``size``) and, on a CPU, a frozen ``torch.compile``d ``nn.Linear`` of ``size`` x ``size`` over
-    ``size / 2`` rows (inductor pre-packs its weight for oneDNN). The two differ by 2x on AMD's AVX-512 EPYC (MKL about 220, oneDNN about 470 GFLOP/s fp32 on 2 cores),
-    so a ceiling from ``a @ b`` alone is no ceiling there: the compiled encoders exceed it."""
+    ``size / 2`` rows (inductor pre-packs its weight for oneDNN). The two differ by 2x on AMD's AVX-512 EPYC (MKL
+    about 220, oneDNN about 490 GFLOP/s fp32 on 2 cores), so a ceiling from ``a @ b`` alone is no ceiling there:
+    the compiled encoders exceed it."""
     torch.set_num_threads(threads)
     size = size or (8192 if torch.device(device).type == "cuda" else 2048)
     out = {}
