@@ -12,6 +12,7 @@ process. Prints docs/s and the smallest cosine of ONNX Runtime's [CLS] vectors t
 """
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir" / "scifact" / "corpus.jsonl"
 WORK = Path("/tmp/retromae_ir-onnx")
-DOCS, BATCH, THREADS = 1000, 64, 2
+BATCH = 64
 
 
 class ClsOutput(torch.nn.Module):
@@ -52,11 +53,11 @@ def export(model, texts: list[str]) -> dict[str, Path]:
     return {"onnxruntime": plain, "onnxruntime + BERT fusions": fused}
 
 
-def session(path: Path):
+def session(path: Path, threads: int):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
@@ -79,16 +80,22 @@ def docs_per_s(run, texts: list[str]):
     return len(texts) / (time.perf_counter() - start), out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/onnxruntime_dense.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
     from retromae_ir.encode.base import EncoderModel
 
-    torch.set_num_threads(THREADS)
-    texts = [f"{row['title']} {row['text']}" for row in map(json.loads, CORPUS.open())][:DOCS]
+    torch.set_num_threads(args.threads)
+    texts = [f"{row['title']} {row['text']}" for row in map(json.loads, args.corpus.open())][:args.docs]
     model = EncoderModel.from_card("minilm-cls", device="cpu", bf16=False)
     speed, reference = docs_per_s(lambda t: model.encode_passage(t).dense, texts)
     results = {"ours, eager": speed}
     for name, path in export(model, texts).items():
-        sess = session(path)
+        sess = session(path, args.threads)
         encode_with(sess, model.tokenizer, texts[:BATCH])  # untimed: session start-up
         results[name], vectors = docs_per_s(lambda t: encode_with(sess, model.tokenizer, t), texts)
         cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
