@@ -83,13 +83,15 @@ class PackedLinear(torch.nn.Module):
     """An inference copy of an ``nn.Linear`` with its weight pre-packed for oneDNN: the kernel inductor's freezing
     gives compiled linear layers, for a layer run outside the compiled graph (DupMAE's 30,522-way decoder, fed
     the ordinary tokens' packed rows). 2.9x ``F.linear``'s GFLOP/s at [137, 384] x [384, 30522] on AMD's AVX-512
-    EPYC (468 against 161, fp32, 2 threads). The copy does not follow later changes to the original weight."""
+    EPYC (468 against 161, fp32, 2 threads). The packed copy does not follow later changes to the original
+    weight. Inputs in another precision (bf16 autocast) take ``F.linear`` in that precision, as eager does."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         with torch.no_grad():
-            self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None),
+            self.register_buffer("weight", linear.weight.detach(), persistent=False)  # shared, not copied
+            self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(self.weight, None),
                                  persistent=False)
             self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone(),
                                  persistent=False)
@@ -100,6 +102,9 @@ class PackedLinear(torch.nn.Module):
                                                                                          "_reorder_linear_weight")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != self.packed.dtype:  # bf16 autocast: aten's bf16 linear, as eager runs it (oneDNN's own)
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return torch.nn.functional.linear(x, self.weight.to(x.dtype), bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
