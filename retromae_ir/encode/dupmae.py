@@ -43,8 +43,11 @@ class DupMAEEncoderModel(EncoderModel):
     def _pack_outside_backbone(self):
         """The tied decoder runs outside the compiled transformer, on the ordinary tokens' packed rows
         (``max_pool_logits``): a :class:`PackedLinear` copy puts it on oneDNN too (it then goes through
-        ``max_pool_logits``' path for other decoders, [rows * tile / V, V] logits at a time)."""
+        ``max_pool_logits``' path for other decoders, [rows * tile / V, V] logits at a time). Not under bf16
+        autocast: 512 scifact documents, bf16, packed decoder 40.1 docs/s against eager's 40.7."""
         head = getattr(self.lm_head, "predictions", self.lm_head)
+        if self.bf16:  # aten's bf16 linear is oneDNN's already, and the tiled path is faster than another head's
+            return
         if type(getattr(head, "decoder", None)) is torch.nn.Linear and PackedLinear.available(self.device):
             head.decoder = PackedLinear(head.decoder)
 
