@@ -77,20 +77,20 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
     out = {}
     for name in dtypes:
         a, b = (torch.randn(size, size, dtype=DTYPES[name], device=device) for _ in range(2))
-        out[name] = {"a @ b": _gflops(lambda: a @ b, 2 * size ** 3, device, seconds)}
+        out[name] = {"a @ b": gflops(lambda: a @ b, 2 * size ** 3, device, seconds)}
         if torch.device(device).type == "cpu":  # the route --compile's linear layers take (FrozenCompiled)
             from retromae_ir.encode.base import FrozenCompiled
 
             packed = FrozenCompiled(torch.nn.Linear(size, size).to(DTYPES[name]).eval())
             rows = a[: size // 2]  # a batch of another size than the weight's: no duck-sized static shape
             with torch.no_grad():
-                out[name]["oneDNN (frozen torch.compile Linear)"] = _gflops(lambda: packed(rows), size ** 3, device,
+                out[name]["oneDNN (frozen torch.compile Linear)"] = gflops(lambda: packed(rows), size ** 3, device,
                                                                             seconds)
         del a, b
     return out
 
 
-def _gflops(product, flops: int, device: str, seconds: float) -> float:
+def gflops(product, flops: int, device: str, seconds: float) -> float:
     """GFLOP/s of ``product()``: one untimed call (library start-up, kernel choice, compilation), then the best
     of three rounds of about ``seconds`` each (shared machine), synchronised on a GPU."""
     product()

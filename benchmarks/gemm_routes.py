@@ -6,13 +6,13 @@ Routes: ``F.linear`` (MKL's sgemm), a frozen ``torch.compile``d ``nn.Linear`` (`
 pre-packs the weight for oneDNN when the batch is symbolic), and :class:`retromae_ir.encode.base.PackedLinear`
 (oneDNN with a pre-packed weight, no compilation). Shapes: a square 2048 product, MiniLM's attention projection and
 FFN over 64 x 256 tokens, and DupMAE's decoder over 137 packed rows (``max_pool_logits``' tile for another decoder).
-Best of ``--calls`` calls after three untimed ones; GFLOP/s = 2 M K N / seconds.
+Timed as the encode benchmark's ceiling is (``encode_search.gflops``: best of three rounds of about ``--seconds``
+each, after an untimed call); GFLOP/s = 2 M K N / seconds.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 
@@ -20,24 +20,15 @@ SHAPES = {"square 2048": (2048, 2048, 2048), "attention projection": (16384, 384
           "FFN in": (16384, 384, 1536), "FFN out": (16384, 1536, 384), "DupMAE decoder": (137, 384, 30522)}
 
 
-def best_gflops(call, flops: int, calls: int) -> float:
-    for _ in range(3):
-        call()
-    best = float("inf")
-    for _ in range(calls):
-        start = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - start)
-    return flops / best / 1e9
-
-
 def main(argv=None) -> int:
+    from encode_search import gflops  # benchmarks/ is the script's own folder, first on sys.path
+
     from retromae_ir.encode.base import FrozenCompiled, PackedLinear
 
     parser = argparse.ArgumentParser(prog="benchmarks/gemm_routes.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=0.5, help="length of each timed round")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = ["| shape (M x K x N) | F.linear (MKL) | frozen torch.compile (oneDNN) | PackedLinear (oneDNN) |",
@@ -48,9 +39,9 @@ def main(argv=None) -> int:
             x, linear = torch.randn(m, k), torch.nn.Linear(k, n).eval()
             flops = 2 * m * k * n
             compiled, packed = FrozenCompiled(linear), PackedLinear(linear)
-            results[name] = {"F.linear": best_gflops(lambda: linear(x), flops, args.calls),
-                             "frozen torch.compile": best_gflops(lambda: compiled(x), flops, args.calls),
-                             "PackedLinear": best_gflops(lambda: packed(x), flops, args.calls)}
+            results[name] = {route: gflops(lambda: call(x), flops, "cpu", args.seconds)
+                             for route, call in (("F.linear", linear), ("frozen torch.compile", compiled),
+                                                 ("PackedLinear", packed))}
             rows.append(f"| {name} ({m} x {k} x {n}) | " + " | ".join(f"{v:.0f}" for v in results[name].values())
                         + " |")
             print(rows[-1], flush=True)

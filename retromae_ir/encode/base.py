@@ -82,8 +82,8 @@ class FrozenCompiled(torch.nn.Module):
 class PackedLinear(torch.nn.Module):
     """An inference copy of an ``nn.Linear`` with its weight pre-packed for oneDNN: the kernel inductor's freezing
     gives compiled linear layers, for a layer run outside the compiled graph (DupMAE's 30,522-way decoder, fed
-    the ordinary tokens' packed rows). 2.9x ``F.linear``'s GFLOP/s at [137, 384] x [384, 30522] on AMD's AVX-512
-    EPYC (468 against 161, fp32, 2 threads). The packed copy does not follow later changes to the original
+    the ordinary tokens' packed rows). 2.8x ``F.linear``'s GFLOP/s at [137, 384] x [384, 30522] on AMD's AVX-512
+    EPYC (468 against 166, fp32, 2 threads, ``benchmarks/gemm_routes.py``). The packed copy does not follow later changes to the original
     weight. Inputs in another precision (bf16 autocast) take ``F.linear`` in that precision, as eager does."""
 
     def __init__(self, linear: torch.nn.Linear):
@@ -168,7 +168,7 @@ class EncoderModel(torch.nn.Module):
         (``freezing``), so that on a CPU its linear layers run as oneDNN kernels over pre-packed weights instead
         of MKL's (on AMD's AVX-512 EPYC twice the GFLOP/s; speed in docs/encoders.md); a subclass packs what
         runs outside the graph too (:meth:`_pack_outside_backbone`). Inference only: frozen weights are copied,
-        so training them afterwards would not change the outputs. The first batch pays the compilation (15-30 s
+        so training them afterwards would not change the outputs. The first batch pays the compilation (10-15 s
         for MiniLM; a C++ compiler is needed on a CPU)."""
         if self.int8:
             raise ValueError("compile_frozen and int8 do not combine: int8's quantised linear layers are not "
