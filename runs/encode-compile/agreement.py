@@ -1,7 +1,9 @@
 import json, time, torch, numpy as np
+from pathlib import Path
+CORPUS = Path(__file__).resolve().parents[3] / "shared/data/beir/scifact/corpus.jsonl"  # ../shared beside the checkout
 from retromae_ir.encode.base import EncoderModel
 torch.set_num_threads(2)
-texts = [json.loads(l)["title"] + " " + json.loads(l)["text"] for l in open("/work/shared/data/beir/scifact/corpus.jsonl")][:1000]
+texts = [json.loads(l)["title"] + " " + json.loads(l)["text"] for l in open(CORPUS)][:1000]
 for name in ("dupmae-minilm", "minilm-cls"):
     e = EncoderModel.from_card(name, device="cpu", bf16=False)
     c = EncoderModel.from_card(name, device="cpu", bf16=False).compile_frozen()

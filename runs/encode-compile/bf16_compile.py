@@ -1,7 +1,9 @@
 import json, time, torch, numpy as np
+from pathlib import Path
+CORPUS = Path(__file__).resolve().parents[3] / "shared/data/beir/scifact/corpus.jsonl"  # ../shared beside the checkout
 from retromae_ir.encode.base import EncoderModel
 torch.set_num_threads(2)
-texts = [json.loads(l)["title"] + " " + json.loads(l)["text"] for l in open("/work/shared/data/beir/scifact/corpus.jsonl")][:576]
+texts = [json.loads(l)["title"] + " " + json.loads(l)["text"] for l in open(CORPUS)][:576]
 for name in ("minilm-cls", "dupmae-minilm"):
     fp32 = EncoderModel.from_card(name, device="cpu", bf16=False).encode_passage(texts[64:])
     e = EncoderModel.from_card(name, device="cpu", bf16=True)
