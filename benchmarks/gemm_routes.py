@@ -1,6 +1,7 @@
 """fp32 GEMM speed of each route PyTorch has on this CPU, at the shapes the encoders run.
 
     .venv/bin/python benchmarks/gemm_routes.py --threads 2
+    .venv/bin/python benchmarks/gemm_routes.py --threads 2 --tokens 2048 4096 5120 6144 8192 16384
 
 Routes: ``F.linear`` (MKL's sgemm), a frozen ``torch.compile``d ``nn.Linear`` (``FrozenCompiled``: inductor
 pre-packs the weight for oneDNN when the batch is symbolic), and :class:`retromae_ir.encode.base.PackedLinear`
@@ -8,6 +9,10 @@ pre-packs the weight for oneDNN when the batch is symbolic), and :class:`retroma
 FFN over 64 x 256 tokens, and DupMAE's decoder over 137 packed rows (``max_pool_logits``' tile for another decoder).
 Timed as the encode benchmark's ceiling is (``encode_search.gflops``: best of three rounds of about ``--seconds``
 each, after an untimed call); GFLOP/s = 2 M K N / seconds.
+
+``--tokens`` instead times MiniLM's FFN-in product (384 -> 1536, ``PackedLinear``) at each number of tokens, with
+the size of its output beside the CPU's last-level cache: the measurement behind the encoders' token cap per
+forward pass (:mod:`retromae_ir.encode.batching`).
 """
 from __future__ import annotations
 
@@ -29,8 +34,11 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=0.5, help="length of each timed round")
+    parser.add_argument("--tokens", type=int, nargs="+", help="time FFN-in at these token counts instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.tokens:
+        return token_sweep(args.tokens, args.seconds, gflops, PackedLinear)
     rows = ["| shape (M x K x N) | F.linear (MKL) | frozen torch.compile (oneDNN) | PackedLinear (oneDNN) |",
             "| --- | --- | --- | --- |"]
     results = {}
@@ -46,6 +54,25 @@ def main(argv=None) -> int:
                         + " |")
             print(rows[-1], flush=True)
     print(json.dumps({"threads": args.threads, "gflops": results}))
+    print("\n".join(rows))
+    return 0
+
+
+def token_sweep(token_counts: list[int], seconds: float, gflops, packed_linear) -> int:
+    """FFN-in GFLOP/s by the number of tokens in the product, against the last-level cache."""
+    from retromae_ir.hardware import last_level_cache_bytes
+
+    k, n = SHAPES["FFN in"][1:]
+    cache = last_level_cache_bytes()
+    print(f"last-level cache: {'unknown' if cache is None else f'{cache / 2 ** 20:.0f} MiB'}")
+    rows = ["| tokens (M) | output (MiB) | PackedLinear GFLOP/s |", "| --- | --- | --- |"]
+    with torch.no_grad():
+        linear = packed_linear(torch.nn.Linear(k, n).eval())
+        for m in token_counts:
+            x = torch.randn(m, k)
+            speed = gflops(lambda: linear(x), 2 * m * k * n, "cpu", seconds)
+            rows.append(f"| {m} | {m * n * 4 / 2 ** 20:.0f} | {speed:.0f} |")
+            print(rows[-1], flush=True)
     print("\n".join(rows))
     return 0
 

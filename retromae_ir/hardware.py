@@ -1,5 +1,6 @@
 """What the machine does fast: bf16 pays off on GPUs that support it and on CPUs with native bf16 dot products
-(AVX512_BF16 or AMX); elsewhere (AVX2-only CPUs) PyTorch emulates it and bf16 runs several times slower."""
+(AVX512_BF16 or AMX); elsewhere (AVX2-only CPUs) PyTorch emulates it and bf16 runs several times slower. And how
+big the CPU's last-level cache is, which bounds the batch a CPU encodes at full GEMM speed."""
 from __future__ import annotations
 
 import functools
@@ -8,6 +9,8 @@ from pathlib import Path
 import torch
 
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+CPU_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 @functools.lru_cache(maxsize=1)
@@ -29,3 +32,21 @@ def bf16_is_fast(device: torch.device | str) -> bool:
     if device.type == "cpu":
         return any(flag in cpu_flags() for flag in NATIVE_BF16_CPU_FLAGS)
     return False
+
+
+@functools.lru_cache(maxsize=1)
+def last_level_cache_bytes() -> int | None:
+    """Size of CPU 0's largest data or unified cache (sysfs' ``index*/size``, for example ``32768K``); None where
+    sysfs does not say (not Linux, some containers)."""
+    sizes = []
+    for index in CPU_CACHE.glob("index*"):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        number, unit = (text[:-1], text[-1]) if text[-1:] in UNITS else (text, "")
+        if number.isdigit():
+            sizes.append(int(number) * UNITS.get(unit, 1))
+    return max(sizes) if sizes else None

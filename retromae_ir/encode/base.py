@@ -17,6 +17,7 @@ import scipy.sparse
 import torch
 from tqdm import tqdm
 
+from retromae_ir.encode.batching import length_batches, token_budget
 from retromae_ir.encode.cards import CardError, EncoderCard, load_card
 from retromae_ir.encode.representation import dense_representation
 from retromae_ir.hardware import bf16_is_fast
@@ -71,6 +72,7 @@ class FrozenCompiled(torch.nn.Module):
     def __init__(self, module: torch.nn.Module):
         super().__init__()
         self.compiled = torch.compile(module, dynamic=True)
+        self.config = getattr(module, "config", None)  # a transformers model's, still read by EncoderModel
 
     def forward(self, *args, **kwargs):
         from torch._inductor import config
@@ -83,8 +85,8 @@ class PackedLinear(torch.nn.Module):
     """An inference copy of an ``nn.Linear`` with its weight pre-packed for oneDNN: the kernel inductor's freezing
     gives compiled linear layers, for a layer run outside the compiled graph (DupMAE's 30,522-way decoder, fed
     the ordinary tokens' packed rows). 2.8x ``F.linear``'s GFLOP/s at [137, 384] x [384, 30522] on AMD's AVX-512
-    EPYC (468 against 166, fp32, 2 threads, ``benchmarks/gemm_routes.py``). The packed copy does not follow later changes to the original
-    weight. Inputs in another precision (bf16 autocast) take ``F.linear`` in that precision, as eager does."""
+    EPYC (468 against 166, fp32, 2 threads, ``benchmarks/gemm_routes.py``). The packed copy does not follow later
+    changes to the original weight. Inputs in another precision (bf16 autocast) take ``F.linear`` in that precision, as eager does."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -206,6 +208,14 @@ class EncoderModel(torch.nn.Module):
     def device(self) -> torch.device:
         return self.special_ids.device
 
+    @property
+    def max_batch_tokens(self) -> int | None:
+        """Tokens per forward pass on this model's device (None: the caller's batch size alone decides), sized
+        by the transformer's widest activation (:func:`retromae_ir.encode.batching.token_budget`)."""
+        owner, name = self._backbone()
+        config = getattr(owner, name).config
+        return token_budget(self.device, max(config.hidden_size, getattr(config, "intermediate_size", 0)))
+
     def encode_query(self, texts: list[str], batch_size: int = 64) -> Encoded:
         return self.encode(texts, self.card.max_query_length, self.card.query_k, batch_size)
 
@@ -215,16 +225,16 @@ class EncoderModel(torch.nn.Module):
     @torch.inference_mode()
     def encode(self, texts: list[str], max_length: int, k: int | None, batch_size: int = 64,
                progress: bool = False) -> Encoded:
-        """Encode in batches of similar length (less padding), returning rows in the input order."""
+        """Encode in batches of similar length (less padding) and, on a CPU, of at most :attr:`max_batch_tokens`
+        tokens (:mod:`retromae_ir.encode.batching`), returning rows in the input order."""
         if not texts:
             raise ValueError("nothing to encode: the list of texts is empty")
         ids = self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
-        order = np.argsort([-len(row) for row in ids], kind="stable")
         dense, sparse = [None] * len(texts), []
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16
                     else contextlib.nullcontext())
-        for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="encode", unit="batch"):
-            rows = order[start:start + batch_size]
+        batches = list(length_batches([len(row) for row in ids], batch_size, self.max_batch_tokens))
+        for rows in tqdm(batches, disable=not progress, desc="encode", unit="batch"):
             batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt").to(self.device)
             with autocast:
                 d, s = self.represent(batch["input_ids"], batch["attention_mask"], k)
