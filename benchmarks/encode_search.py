@@ -27,6 +27,10 @@ The encode part alone needs only ``--corpus`` and ``--work`` (no index, no Lucen
 
     python benchmarks/encode_search.py --corpus ../shared/data/beir/scifact/corpus.jsonl --work W \\
         --device cuda --dtype bf16 --encode-docs 1000 --rounds 3 --skip precision search sizes
+
+On an AMD CPU with AVX-512, run it once as it is and once with ``LD_PRELOAD=$(.venv/bin/python -m
+retromae_ir.mkl_shim)`` (MKL's AVX-512 kernels for every system in the process, Pyserini's too); the table says
+which it was.
 """
 from __future__ import annotations
 
@@ -218,6 +222,7 @@ def encode_benchmark(args) -> dict:
 
     from retromae_ir.encode import EncoderModel
     from retromae_ir.encode.cards import load_card
+    from retromae_ir.mkl_shim import loaded as mkl_shim_loaded
 
     device, dtype = args.device, args.dtype
     torch.set_num_threads(args.threads)
@@ -311,7 +316,8 @@ def encode_benchmark(args) -> dict:
     ceiling = max(paths.values())
     results = {"device": device, "dtype": dtype, "docs": len(texts), "mean_tokens_per_doc": float(tokens.mean()),
                "mean_ordinary_tokens_per_doc": float(ordinary.mean()), f"{dtype}_ceiling_gflops": ceiling,
-               f"{dtype}_matmul_routes_gflops": paths, "compile_and_first_batch_s": compile_s}
+               f"{dtype}_matmul_routes_gflops": paths, "compile_and_first_batch_s": compile_s,
+               "mkl_shim_loaded": mkl_shim_loaded()}
     if torch.device(device).type == "cuda":
         results["gpu"] = torch.cuda.get_device_name(device)
         results["cuda_matmul_allow_tf32"] = torch.backends.cuda.matmul.allow_tf32  # False: fp32 is fp32
@@ -365,6 +371,8 @@ def encode_table(results: dict) -> str:
     if routes:
         lines.append("\nthe ceiling is the faster route of a square product: " +
                      ", ".join(f"{route} {gflops:.1f}" for route, gflops in routes.items()) + " GFLOP/s")
+    if "mkl_shim_loaded" in results:  # every system in the run, Pyserini's included, ran with it or without it
+        lines.append(f"retromae_ir.mkl_shim (MKL's AVX-512 kernels on AMD) loaded: {results['mkl_shim_loaded']}")
     return "\n".join(lines)
 
 

@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/gemm_routes.py --threads 2
     .venv/bin/python benchmarks/gemm_routes.py --threads 2 --tokens 2048 4096 5120 6144 8192 16384
+    .venv/bin/python benchmarks/gemm_routes.py --threads 2 --attention
+    LD_PRELOAD=$(.venv/bin/python -m retromae_ir.mkl_shim) .venv/bin/python benchmarks/gemm_routes.py --attention
 
 Routes: ``F.linear`` (MKL's sgemm), a frozen ``torch.compile``d ``nn.Linear`` (``FrozenCompiled``: inductor
 pre-packs the weight for oneDNN when the batch is symbolic), and :class:`retromae_ir.encode.base.PackedLinear`
@@ -13,6 +15,10 @@ each, after an untimed call); GFLOP/s = 2 M K N / seconds.
 ``--tokens`` instead times MiniLM's FFN-in product (384 -> 1536, ``PackedLinear``) at each number of tokens, with
 the size of its output beside the CPU's last-level cache: the measurement behind the encoders' token cap per
 forward pass (:mod:`retromae_ir.encode.batching`).
+
+``--attention`` times PyTorch's fused CPU attention (``scaled_dot_product_attention``, MiniLM's 12 heads of 32,
+a padding mask) and MKL's square product, the two that run on MKL, and says whether the process runs with
+:mod:`retromae_ir.mkl_shim` (MKL's AVX-512 kernels on AMD CPUs).
 """
 from __future__ import annotations
 
@@ -35,10 +41,13 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=0.5, help="length of each timed round")
     parser.add_argument("--tokens", type=int, nargs="+", help="time FFN-in at these token counts instead")
+    parser.add_argument("--attention", action="store_true", help="time fused attention and MKL's product instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.tokens:
         return token_sweep(args.tokens, args.seconds, gflops, PackedLinear)
+    if args.attention:
+        return attention_routes(args.seconds, gflops)
     rows = ["| shape (M x K x N) | F.linear (MKL) | frozen torch.compile (oneDNN) | PackedLinear (oneDNN) |",
             "| --- | --- | --- | --- |"]
     results = {}
@@ -72,6 +81,27 @@ def token_sweep(token_counts: list[int], seconds: float, gflops, packed_linear) 
             x = torch.randn(m, k)
             speed = gflops(lambda: linear(x), 2 * m * k * n, "cpu", seconds)
             rows.append(f"| {m} | {m * n * 4 / 2 ** 20:.0f} | {speed:.0f} |")
+            print(rows[-1], flush=True)
+    print("\n".join(rows))
+    return 0
+
+
+def attention_routes(seconds: float, gflops) -> int:
+    """GFLOP/s of fused attention at MiniLM's shapes (4 b h L^2 d FLOPs) and of MKL's 2048 product."""
+    from retromae_ir.mkl_shim import loaded
+
+    print(f"retromae_ir.mkl_shim loaded: {loaded()}")
+    rows = ["| product | GFLOP/s |", "| --- | --- |"]
+    with torch.no_grad():
+        a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+        rows.append(f"| a @ b (MKL), 2048 x 2048 x 2048 | {gflops(lambda: a @ b, 2 * 2048 ** 3, 'cpu', seconds):.0f} |")
+        print(rows[-1], flush=True)
+        for batch, length in ((16, 256), (16, 128)):
+            q, k, v = (torch.randn(batch, 12, length, 32) for _ in range(3))
+            mask = torch.zeros(batch, 1, length, length)
+            speed = gflops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                           4 * batch * 12 * length ** 2 * 32, "cpu", seconds)
+            rows.append(f"| scaled_dot_product_attention, {batch} x 12 heads x {length} tokens x 32 | {speed:.0f} |")
             print(rows[-1], flush=True)
     print("\n".join(rows))
     return 0

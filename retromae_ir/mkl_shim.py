@@ -1,0 +1,84 @@
+"""``python -m retromae_ir.mkl_shim``: build (once) and print the path of a one-function library that, put in
+``LD_PRELOAD``, lets the MKL inside PyTorch run its AVX-512 kernels on AMD CPUs.
+
+Why: MKL chooses its kernels by CPU vendor as well as by instruction set, and on a non-Intel CPU it takes its AVX2
+path even where the CPU has AVX-512. On AMD's AVX-512 EPYC (2 threads, fp32) MKL's sgemm then runs at about 210
+GFLOP/s against 490 with this library, and PyTorch's CPU flash attention, whose inner products are MKL's, at 103
+against 191 GFLOP/s (``benchmarks/gemm_routes.py --attention``, docs/encoders.md). The library defines MKL's
+vendor check, ``mkl_serv_intel_cpu_true``, as true; PyTorch's wheels export that symbol, so the dynamic linker
+binds MKL's calls to the preloaded definition. MKL still reads the CPU's feature flags for each instruction set,
+so it runs only kernels the CPU has; it changes which kernels run, not what they compute (vectors within fp32
+rounding of the default's, measured in docs/encoders.md). Opt-in and per process::
+
+    LD_PRELOAD=$(python -m retromae_ir.mkl_shim) python -m retromae_ir.encode corpus ... --compile
+
+On an Intel CPU the check is true already and the library changes nothing. Building needs a C compiler (``cc``,
+or ``$CC``), which ``--compile`` needs anyway.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from retromae_ir.cli import add_debug_flag, command
+
+SOURCE = "/* MKL's CPU-vendor check, answered 'Intel': see retromae_ir/mkl_shim.py */\n" \
+         "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
+LIBRARY = "libretromae_ir_mkl_intel_cpu_true.so"
+CACHE_ENV = "RETROMAE_IR_CACHE"
+
+
+def cache_dir() -> Path:
+    """``$RETROMAE_IR_CACHE``, else ``$XDG_CACHE_HOME/retromae_ir``, else ``~/.cache/retromae_ir``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "retromae_ir"
+
+
+def build(folder: Path | None = None) -> Path:
+    """The shim library in ``folder`` (the cache by default), compiled there first if it is not."""
+    folder = Path(folder or cache_dir())
+    target = folder / LIBRARY
+    if target.is_file():
+        return target
+    compiler = os.environ.get("CC") or "cc"
+    if shutil.which(compiler) is None:
+        raise FileNotFoundError(f"no C compiler {compiler!r} on PATH to build {target} (install gcc or set CC)")
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".mkl_shim.") as work:
+        source, library = Path(work) / "shim.c", Path(work) / LIBRARY
+        source.write_text(SOURCE)
+        done = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ValueError(f"{compiler} could not build {target}: {done.stderr.strip()}")
+        os.replace(library, target)  # atomic: a concurrent build or a reader sees the whole library or none
+    return target
+
+
+def loaded() -> bool:
+    """Whether this process runs with the shim (its library is among the mapped files)."""
+    try:
+        return LIBRARY in Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+
+
+@command
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retromae_ir.mkl_shim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help=f"where the library is built (default: ${CACHE_ENV}, else ~/.cache/retromae_ir)")
+    add_debug_flag(parser)
+    args = parser.parse_args(argv)
+    print(build(args.cache_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
