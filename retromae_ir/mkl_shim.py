@@ -2,9 +2,9 @@
 ``LD_PRELOAD``, lets the MKL inside PyTorch run its AVX-512 kernels on AMD CPUs.
 
 Why: MKL chooses its kernels by CPU vendor as well as by instruction set, and on a non-Intel CPU it takes its AVX2
-path even where the CPU has AVX-512. On AMD's AVX-512 EPYC (2 threads, fp32) MKL's sgemm then runs at about 210
-GFLOP/s against 490 with this library, and PyTorch's CPU flash attention, whose inner products are MKL's, at 103
-against 191 GFLOP/s (``benchmarks/gemm_routes.py --attention``, docs/encoders.md). The library defines MKL's
+path even where the CPU has AVX-512. On AMD's AVX-512 EPYC (2 threads, fp32) MKL's sgemm then runs at 207
+GFLOP/s against 493 with this library, and PyTorch's CPU flash attention, whose inner products are MKL's, at 107
+against 190 GFLOP/s (``benchmarks/gemm_routes.py --attention``, docs/encoders.md). The library defines MKL's
 vendor check, ``mkl_serv_intel_cpu_true``, as true; PyTorch's wheels export that symbol, so the dynamic linker
 binds MKL's calls to the preloaded definition. MKL still reads the CPU's feature flags for each instruction set,
 so it runs only kernels the CPU has; it changes which kernels run, not what they compute (vectors within fp32
