@@ -6,6 +6,9 @@ next to this machine's matmul ceiling and the RetroMAE authors' code measured on
 Each configuration runs in its own subprocess (so peak RSS is its own): one warm-up step, then timed
 optimizer steps (forward, backward, AdamW) on random-token batches of full length. bf16 (autocast) is skipped
 when the machine's bf16 matmul is slower than its fp32 matmul (no AVX512-BF16/AMX): ``--force-bf16`` runs it.
+The ceiling is the encode benchmark's (``encode_search.matmul_ceiling``: a 2048 product by the faster of MKL's
+``a @ b`` and oneDNN's packed route, best of three rounds); before 2026-11-24 this script timed one MKL product,
+which on AMD CPUs with AVX-512 is half the real ceiling (docs/encoders.md).
 """
 from __future__ import annotations
 
@@ -22,26 +25,6 @@ AUTHORS = {  # RetroMAE authors' code, HF Trainer, fp32, MiniLM masked LM, 2 thr
     ("retromae", 128): 3.9, ("dupmae", 128): 3.4, ("retromae", 512): 0.62, ("dupmae", 512): 0.57}
 SHAPES = {128: 16, 512: 4}  # max length -> batch size, as in the authors' measurements
 BACKBONES = ("minilm", "bert-base-random")
-
-
-def matmul_gflops(dtype_name: str, threads: int, budget_s: float = 1.0, largest: int = 2048) -> dict:
-    """GFLOP/s of an n x n matmul, n doubled from 256 while one product takes under ``budget_s``."""
-    import torch
-
-    torch.set_num_threads(threads)
-    dtype = getattr(torch, dtype_name)
-    n, result = 256, {}
-    while n <= largest:
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        torch.mm(a, b)
-        start = time.perf_counter()
-        torch.mm(a, b)
-        seconds = time.perf_counter() - start
-        result = {"n": n, "gflops": 2 * n ** 3 / seconds / 1e9}
-        if seconds > budget_s:
-            break
-        n *= 2
-    return result
 
 
 def backbone_dir(name: str, workdir: Path) -> str:
@@ -132,9 +115,9 @@ def run_child(args, method: str, backbone: str, length: int, precision: str) -> 
 
 def markdown(report: dict) -> str:
     ceiling = report["ceiling"]
-    lines = [f"matmul ceiling ({report['threads']} threads): fp32 {ceiling['float32']['gflops']:.0f} GFLOP/s "
-             f"(n={ceiling['float32']['n']}), bf16 {ceiling['bfloat16']['gflops']:.1f} GFLOP/s "
-             f"(n={ceiling['bfloat16']['n']}); load average during the run {report['loadavg']}", "",
+    lines = [f"matmul ceiling ({report['threads']} threads, n=2048, faster of MKL and oneDNN): fp32 "
+             f"{ceiling['fp32']:.0f} GFLOP/s, bf16 {ceiling['bf16']:.1f} GFLOP/s; load average during the run "
+             f"{report['loadavg']}", "",
              "| method | backbone | max length x batch | precision | seq/s | s/step | GFLOP/s (% of fp32 ceiling) "
              "| peak RSS GB | authors' code (fp32) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -143,7 +126,7 @@ def markdown(report: dict) -> str:
         if "skipped" in row:
             measured = f"skipped: {row['skipped']} | | | "
         else:
-            share = 100 * row["achieved_gflops"] / ceiling["float32"]["gflops"]
+            share = 100 * row["achieved_gflops"] / ceiling["fp32"]
             measured = (f"{row['seq_per_s']:.2f} | {row['s_per_step']:.2f} | {row['achieved_gflops']:.1f} ({share:.0f}%) "
                         f"| {row['peak_rss_gb']:.2f}")
         lines.append(f"| {row['method']} | {row['backbone']} | {row['length']} x {SHAPES[row['length']]} | "
@@ -173,8 +156,10 @@ def main() -> None:
         return
     from retromae_ir.io import atomic_write
 
-    ceiling = {name: matmul_gflops(name, args.threads) for name in ("float32", "bfloat16")}
-    slow_bf16 = args.device == "cpu" and ceiling["bfloat16"]["gflops"] < ceiling["float32"]["gflops"]
+    from encode_search import matmul_ceiling  # benchmarks/ is the script's own folder, first on sys.path
+
+    ceiling = matmul_ceiling(args.threads, device=args.device)
+    slow_bf16 = args.device == "cpu" and ceiling["bf16"] < ceiling["fp32"]
     rows = []
     for backbone in args.backbones:
         backbone_dir(backbone, args.workdir)
