@@ -9,7 +9,8 @@ Both sides run in one invocation, same backbone (the packaged all-MiniLM-L6-v2),
    is Pyserini's two-pass answer to DupMAE's one pass) vs our EncoderModel with the dense-only card and with
    the DupMAE card (what ``python -m retromae_ir.encode corpus`` runs), each in ``--dtype`` and, on the CPU,
    in int8 too, and the DupMAE card with the naive OT max-pool it had before #12; interleaved in one process,
-   best of ``--rounds``, max length 256, batches of 64; also as a fraction of the matmul ceiling of
+   best of ``--rounds``, max length 256, batches of 64 (ours split further on a CPU by the token cap of
+   ``retromae_ir.encode.batching``); also as a fraction of the matmul ceiling of
    ``--device`` in ``--dtype`` (FLOPs from the real token counts: SPLADE's head over every token, ours over the
    ordinary tokens only, which is all it computes). ``--device cuda`` runs every encoder on the GPU (timings
    synchronised; no int8 rows, int8 is CPU only) and ``--dtype bf16`` runs every one under bf16 autocast (ours:

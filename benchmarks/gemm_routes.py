@@ -1,4 +1,5 @@
-"""fp32 GEMM speed of each route PyTorch has on this CPU, at the shapes the encoders run.
+"""fp32 GEMM speed of each route PyTorch has on this CPU, at the encoders' shapes (a batch of 64 x 256 tokens,
+as before the token cap of :mod:`retromae_ir.encode.batching`, and DupMAE's decoder).
 
     .venv/bin/python benchmarks/gemm_routes.py --threads 2
     .venv/bin/python benchmarks/gemm_routes.py --threads 2 --tokens 2048 4096 5120 6144 8192 16384
@@ -40,8 +41,9 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=0.5, help="length of each timed round")
-    parser.add_argument("--tokens", type=int, nargs="+", help="time FFN-in at these token counts instead")
-    parser.add_argument("--attention", action="store_true", help="time fused attention and MKL's product instead")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--tokens", type=int, nargs="+", help="time FFN-in at these token counts instead")
+    mode.add_argument("--attention", action="store_true", help="time fused attention and MKL's product instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.tokens:

@@ -36,17 +36,22 @@ def bf16_is_fast(device: torch.device | str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def last_level_cache_bytes() -> int | None:
-    """Size of CPU 0's largest data or unified cache (sysfs' ``index*/size``, for example ``32768K``); None where
-    sysfs does not say (not Linux, some containers)."""
+    """Size of CPU 0's largest level-3-or-beyond data or unified cache (sysfs' ``index*/level`` and ``size``, for
+    example ``3`` and ``32768K``); None where sysfs lists none (not Linux, some containers, CPUs whose last level
+    is L2), so a caller does not mistake a private L2 for the shared cache."""
     sizes = []
     for index in CPU_CACHE.glob("index*"):
         try:
-            if (index / "type").read_text().strip() == "Instruction":
-                continue
-            text = (index / "size").read_text().strip()
+            kind, level, text = ((index / name).read_text().strip() for name in ("type", "level", "size"))
         except OSError:
             continue
-        number, unit = (text[:-1], text[-1]) if text[-1:] in UNITS else (text, "")
-        if number.isdigit():
-            sizes.append(int(number) * UNITS.get(unit, 1))
+        size = parse_cache_size(text)
+        if kind != "Instruction" and level.isdigit() and int(level) >= 3 and size:
+            sizes.append(size)
     return max(sizes) if sizes else None
+
+
+def parse_cache_size(text: str) -> int | None:
+    """Bytes of a sysfs cache size (``32768K``, ``1M``, ``512``); None for anything else."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in UNITS else (text, "")
+    return int(number) * UNITS.get(unit, 1) if number.isdigit() else None

@@ -227,6 +227,15 @@ def remove_stale_temporaries(*folders: str | os.PathLike) -> list[Path]:
 
 # What a user can fix, as opposed to a bug: bad arguments or input (``ValueError``: DataFormatError, CardError,
 # IndexMismatchError, TrainerError ...), a file that is missing, unreadable or unwritable, another writer.
+CACHE_ENV = "RETROMAE_IR_CACHE"
+
+
+def cache_dir(part: str) -> Path:
+    """``$RETROMAE_IR_CACHE/<part>`` (default ``~/.cache/retromae_ir/<part>``): where a stage keeps what it can
+    rebuild (corpus statistics, the MKL shim)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae_ir") / part
+
+
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OutputLockedError, FileNotFoundError, PermissionError,
                                                 IsADirectoryError, NotADirectoryError, FileExistsError)
 EXIT_USER_ERROR = 2

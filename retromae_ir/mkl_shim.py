@@ -7,55 +7,53 @@ GFLOP/s against 493 with this library, and PyTorch's CPU flash attention, whose 
 against 190 GFLOP/s (``benchmarks/gemm_routes.py --attention``, docs/encoders.md). The library defines MKL's
 vendor check, ``mkl_serv_intel_cpu_true``, as true; PyTorch's wheels export that symbol, so the dynamic linker
 binds MKL's calls to the preloaded definition. MKL still reads the CPU's feature flags for each instruction set,
-so it runs only kernels the CPU has; it changes which kernels run, not what they compute (vectors within fp32
-rounding of the default's, measured in docs/encoders.md). Opt-in and per process::
+so it runs only kernels the CPU has; it changes which kernels run, not what they compute: vectors within fp32
+rounding of the default's, where a tie at a sparse vector's k-th weight may resolve to the other term (measured in
+docs/encoders.md). Opt-in and per process::
 
     LD_PRELOAD=$(python -m retromae_ir.mkl_shim) python -m retromae_ir.encode corpus ... --compile
 
 On an Intel CPU the check is true already and the library changes nothing. Building needs a C compiler (``cc``,
-or ``$CC``), which ``--compile`` needs anyway.
+or ``$CC``), which ``--compile`` needs anyway. The library goes to ``$RETROMAE_IR_CACHE/mkl_shim`` (default
+``~/.cache/retromae_ir/mkl_shim``); ``LD_PRELOAD`` splits on spaces, so that path must have none.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.io import cache_dir
 
 SOURCE = "/* MKL's CPU-vendor check, answered 'Intel': see retromae_ir/mkl_shim.py */\n" \
          "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
 LIBRARY = "libretromae_ir_mkl_intel_cpu_true.so"
-CACHE_ENV = "RETROMAE_IR_CACHE"
-
-
-def cache_dir() -> Path:
-    """``$RETROMAE_IR_CACHE``, else ``$XDG_CACHE_HOME/retromae_ir``, else ``~/.cache/retromae_ir``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "retromae_ir"
+CACHE_PART = "mkl_shim"
 
 
 def build(folder: Path | None = None) -> Path:
     """The shim library in ``folder`` (the cache by default), compiled there first if it is not."""
-    folder = Path(folder or cache_dir())
+    folder = Path(folder or cache_dir(CACHE_PART))
     target = folder / LIBRARY
     if target.is_file():
         return target
-    compiler = os.environ.get("CC") or "cc"
-    if shutil.which(compiler) is None:
-        raise FileNotFoundError(f"no C compiler {compiler!r} on PATH to build {target} (install gcc or set CC)")
+    compiler = shlex.split(os.environ.get("CC") or "cc")  # CC may carry a launcher or flags: "ccache gcc"
+    if not compiler or shutil.which(compiler[0]) is None:
+        raise FileNotFoundError(f"no C compiler {os.environ.get('CC') or 'cc'!r} on PATH to build {target} "
+                                "(install gcc or set CC)")
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".mkl_shim.") as work:
         source, library = Path(work) / "shim.c", Path(work) / LIBRARY
         source.write_text(SOURCE)
-        done = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)],
+        done = subprocess.run([*compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)],
                               capture_output=True, text=True)
         if done.returncode != 0:
-            raise ValueError(f"{compiler} could not build {target}: {done.stderr.strip()}")
+            raise ValueError(f"{shlex.join(compiler)} could not build {target}: {done.stderr.strip()}")
         os.replace(library, target)  # atomic: a concurrent build or a reader sees the whole library or none
     return target
 
@@ -73,7 +71,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retromae_ir.mkl_shim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache-dir", type=Path, default=None,
-                        help=f"where the library is built (default: ${CACHE_ENV}, else ~/.cache/retromae_ir)")
+                        help=f"where the library is built (default: $RETROMAE_IR_CACHE/{CACHE_PART}, else "
+                             f"~/.cache/retromae_ir/{CACHE_PART})")
     add_debug_flag(parser)
     args = parser.parse_args(argv)
     print(build(args.cache_dir))

@@ -72,7 +72,11 @@ class FrozenCompiled(torch.nn.Module):
     def __init__(self, module: torch.nn.Module):
         super().__init__()
         self.compiled = torch.compile(module, dynamic=True)
-        self.config = getattr(module, "config", None)  # a transformers model's, still read by EncoderModel
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The module compiled (its weights, its ``config``)."""
+        return self.compiled._orig_mod
 
     def forward(self, *args, **kwargs):
         from torch._inductor import config
@@ -86,7 +90,8 @@ class PackedLinear(torch.nn.Module):
     gives compiled linear layers, for a layer run outside the compiled graph (DupMAE's 30,522-way decoder, fed
     the ordinary tokens' packed rows). 2.8x ``F.linear``'s GFLOP/s at [137, 384] x [384, 30522] on AMD's AVX-512
     EPYC (468 against 166, fp32, 2 threads, ``benchmarks/gemm_routes.py``). The packed copy does not follow later
-    changes to the original weight. Inputs in another precision (bf16 autocast) take ``F.linear`` in that precision, as eager does."""
+    changes to the original weight. Inputs in another precision (bf16 autocast) take ``F.linear`` in that
+    precision, as eager does."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -128,6 +133,7 @@ class EncoderModel(torch.nn.Module):
         self.bf16 = False
         self.int8 = False
         self.compiled = False
+        self.batch_tokens: int | None | str = "auto"  # the token cap per forward pass: see max_batch_tokens
         self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
 
     @classmethod
@@ -210,11 +216,16 @@ class EncoderModel(torch.nn.Module):
 
     @property
     def max_batch_tokens(self) -> int | None:
-        """Tokens per forward pass on this model's device (None: the caller's batch size alone decides), sized
-        by the transformer's widest activation (:func:`retromae_ir.encode.batching.token_budget`)."""
+        """Tokens per forward pass (None: the caller's batch size alone decides): ``batch_tokens`` when set to a
+        number or None, else ("auto") sized on a CPU by the transformer's widest activation, its FFN
+        (:func:`retromae_ir.encode.batching.token_budget`)."""
+        if self.batch_tokens != "auto":
+            return self.batch_tokens
         owner, name = self._backbone()
-        config = getattr(owner, name).config
-        return token_budget(self.device, max(config.hidden_size, getattr(config, "intermediate_size", 0)))
+        backbone = getattr(owner, name)
+        config = (backbone.module if isinstance(backbone, FrozenCompiled) else backbone).config
+        width = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # BERT's 4x when unnamed
+        return token_budget(self.device, width, element_bytes=2 if self.bf16 else 4)
 
     def encode_query(self, texts: list[str], batch_size: int = 64) -> Encoded:
         return self.encode(texts, self.card.max_query_length, self.card.query_k, batch_size)

@@ -3,10 +3,11 @@ tokens per pass than keep the widest activation (the FFN's ``[tokens, intermedia
 cache.
 
 Why the token cap: a GEMM whose output overflows that cache runs at the speed of memory, not of the cores. On
-AMD's AVX-512 EPYC (32 MiB L3, 2 threads) MiniLM's FFN-in product (384 -> 1536, oneDNN) runs at 500 GFLOP/s up to
-5,120 tokens (30 MiB of output) and at 310 from 6,144 tokens on; a batch of 64 documents of 256 tokens is 16,384
-(``benchmarks/gemm_routes.py --tokens``; docs/encoders.md). Half the cache is the budget, leaving the rest to the
-product's inputs and weights. A GPU keeps the caller's batch size."""
+AMD's AVX-512 EPYC (32 MiB L3, 2 threads) MiniLM's FFN-in product (384 -> 1536, oneDNN) runs at 491-505 GFLOP/s
+up to 5,120 tokens (30 MiB of output), 387-395 at 6,144-8,192 and 318 at 16,384, the 64 documents of 256 tokens
+of a batch of 64 (``benchmarks/gemm_routes.py --tokens``; docs/encoders.md). Half the cache is the budget, leaving
+the rest to the product's inputs and weights, with a floor of ``MIN_TOKENS`` (caps from 768 to 4,096 tokens
+encoded at the same speed there). A GPU keeps the caller's batch size."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -16,20 +17,23 @@ import torch
 
 from retromae_ir.hardware import last_level_cache_bytes
 
-FALLBACK_CPU_TOKENS = 4096  # where the cache size is unknown: MiniLM's knee on a 32 MiB L3, with room
+FALLBACK_CACHE_BYTES = 32 << 20  # where sysfs names no shared cache: the L3 the cap was measured on
+MIN_TOKENS = 1024  # four 256-token documents: below that, per-pass overheads grow and nothing is measured
 
 
 def cpu_token_budget(width: int, cache_bytes: int | None, element_bytes: int = 4) -> int:
-    """Tokens per forward pass whose ``[tokens, width]`` activation fills half of a ``cache_bytes`` cache."""
-    if cache_bytes is None:
-        return FALLBACK_CPU_TOKENS
-    return max(1, cache_bytes // 2 // (width * element_bytes))
+    """Tokens per forward pass whose ``[tokens, width]`` activation of ``element_bytes`` numbers fills half of a
+    ``cache_bytes`` cache (``FALLBACK_CACHE_BYTES`` when unknown), and at least ``MIN_TOKENS``."""
+    cache = FALLBACK_CACHE_BYTES if cache_bytes is None else cache_bytes
+    return max(MIN_TOKENS, cache // 2 // (width * element_bytes))
 
 
-def token_budget(device: torch.device, width: int) -> int | None:
+def token_budget(device: torch.device, width: int, element_bytes: int = 4) -> int | None:
     """The cap on tokens per forward pass on ``device`` for a transformer whose widest activation has ``width``
-    columns; None (no cap) off the CPU."""
-    return cpu_token_budget(width, last_level_cache_bytes()) if device.type == "cpu" else None
+    columns of ``element_bytes`` (2 under bf16 autocast); None (no cap) off the CPU."""
+    if device.type != "cpu":
+        return None
+    return cpu_token_budget(width, last_level_cache_bytes(), element_bytes)
 
 
 def length_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> Iterator[np.ndarray]:

@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.io import OutputLockedError, claim_output, command_errors
+from retromae_ir.io import cache_dir as io_cache_dir
 from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.data import CorpusError, iter_documents
 from retromae_ir.pretrain.keywords import CorpusStats, CorpusStatsError, count_corpus
@@ -42,7 +43,6 @@ from retromae_ir.pretrain.keywords import CorpusStats, CorpusStatsError, count_c
 LOG = logging.getLogger(__name__)
 
 KEY_VERSION = 1  # bump when the counting changes: every cached file then misses and is counted afresh
-CACHE_ENV = "RETROMAE_IR_CACHE"
 CACHE_SUBDIR = "corpus_stats"
 LOCK_POLL_S = 2.0  # how often a process waiting for another's counting retries the lock
 # the parts of a fast tokenizer's serialisation that decide how a text splits into pieces (not its padding or
@@ -52,7 +52,7 @@ TOKENIZER_PARTS = ("added_tokens", "normalizer", "pre_tokenizer", "model")
 
 def cache_dir() -> Path:
     """``$RETROMAE_IR_CACHE/corpus_stats`` (default ``~/.cache/retromae_ir/corpus_stats``)."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae_ir") / CACHE_SUBDIR
+    return io_cache_dir(CACHE_SUBDIR)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ def encode(out, cap=True):
     texts = [json.loads(l)["title"] + " " + json.loads(l)["text"] for l in open(CORPUS)][:500]
     model = EncoderModel.from_card("dupmae-minilm", device="cpu", bf16=False)
     if not cap:
-        type(model).max_batch_tokens = property(lambda self: None)
+        model.batch_tokens = None
     e = model.encode_passage(texts)
     np.save(f"{out}.dense.npy", e.dense); scipy.sparse.save_npz(f"{out}.sparse.npz", e.sparse)
     return loaded()

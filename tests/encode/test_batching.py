@@ -31,36 +31,49 @@ def test_a_batch_size_below_one_is_refused():
 
 def test_the_cpu_budget_is_half_the_cache_over_the_widest_row():
     assert batching.cpu_token_budget(1536, 32 << 20) == 2730  # MiniLM's FFN, 32 MiB L3: 16 MiB / (1536 * 4)
-    assert batching.cpu_token_budget(1536, None) == batching.FALLBACK_CPU_TOKENS
-    assert batching.cpu_token_budget(10 ** 9, 1024) == 1
+    assert batching.cpu_token_budget(1536, 32 << 20, element_bytes=2) == 5461  # bf16 activations
+    assert batching.cpu_token_budget(1536, 64 << 20) == 5461
+    assert batching.cpu_token_budget(1536, None) == 2730  # unknown cache: the 32 MiB it was measured on
+    assert batching.cpu_token_budget(3072, 1 << 20) == batching.MIN_TOKENS  # a small cache: the floor
 
 
-def test_a_gpu_keeps_the_callers_batch_size():
+def test_a_gpu_keeps_the_callers_batch_size(monkeypatch):
+    monkeypatch.setattr(batching, "last_level_cache_bytes", lambda: 32 << 20)
     assert batching.token_budget(torch.device("cuda"), 1536) is None
-    assert batching.token_budget(torch.device("cpu"), 1536) > 0
+    assert batching.token_budget(torch.device("cpu"), 1536) == 2730
 
 
-def write_cache(folder, index, level_type, size):
+def write_cache(folder, index, level_type, level, size):
     entry = folder / f"index{index}"
-    entry.mkdir()
+    entry.mkdir(parents=True)
     (entry / "type").write_text(f"{level_type}\n")
+    (entry / "level").write_text(f"{level}\n")
     (entry / "size").write_text(f"{size}\n")
 
 
-def test_the_last_level_cache_is_the_largest_data_or_unified_one(tmp_path, monkeypatch):
-    write_cache(tmp_path, 0, "Data", "48K")
-    write_cache(tmp_path, 1, "Instruction", "64M")  # not data: never the answer
-    write_cache(tmp_path, 2, "Unified", "1024K")
-    write_cache(tmp_path, 3, "Unified", "32768K")
-    monkeypatch.setattr(hardware, "CPU_CACHE", tmp_path)
+def last_level(folder, monkeypatch):
+    monkeypatch.setattr(hardware, "CPU_CACHE", folder)
     hardware.last_level_cache_bytes.cache_clear()
     try:
-        assert hardware.last_level_cache_bytes() == 32 << 20
-        monkeypatch.setattr(hardware, "CPU_CACHE", tmp_path / "absent")
-        hardware.last_level_cache_bytes.cache_clear()
-        assert hardware.last_level_cache_bytes() is None
+        return hardware.last_level_cache_bytes()
     finally:
         hardware.last_level_cache_bytes.cache_clear()
+
+
+def test_the_last_level_cache_is_the_largest_shared_data_or_unified_one(tmp_path, monkeypatch):
+    write_cache(tmp_path / "x86", 0, "Data", 1, "48K")
+    write_cache(tmp_path / "x86", 1, "Instruction", 3, "64M")  # not data: never the answer
+    write_cache(tmp_path / "x86", 2, "Unified", 2, "1024K")
+    write_cache(tmp_path / "x86", 3, "Unified", 3, "32768K")
+    assert last_level(tmp_path / "x86", monkeypatch) == 32 << 20
+    write_cache(tmp_path / "mega", 0, "Unified", 3, "1M")
+    write_cache(tmp_path / "mega", 1, "Unified", 4, "12582912")  # plain bytes
+    assert last_level(tmp_path / "mega", monkeypatch) == 12 << 20
+    write_cache(tmp_path / "l2-only", 0, "Data", 1, "64K")  # a private L2 is not the cache the cap is about
+    write_cache(tmp_path / "l2-only", 1, "Unified", 2, "1024K")
+    write_cache(tmp_path / "l2-only", 2, "Unified", 3, "")  # an empty size is skipped
+    assert last_level(tmp_path / "l2-only", monkeypatch) is None
+    assert last_level(tmp_path / "absent", monkeypatch) is None
 
 
 def test_a_token_cap_leaves_the_vectors_unchanged(tiny_bert_dir, tmp_path, monkeypatch):
@@ -72,8 +85,11 @@ def test_a_token_cap_leaves_the_vectors_unchanged(tiny_bert_dir, tmp_path, monke
     model = EncoderModel.from_card(card, device="cpu")
     texts = ["the cat sat on the mat", "protein folding in yeast cells under heat stress", "a b c", "x y"]
     assert model.max_batch_tokens == batching.token_budget(torch.device("cpu"), 64)  # the tiny model's FFN width
+    model.bf16 = True
+    assert model.max_batch_tokens == batching.token_budget(torch.device("cpu"), 64, element_bytes=2)
+    model.bf16 = False
     whole = model.encode_passage(texts, batch_size=4)
-    monkeypatch.setattr(type(model), "max_batch_tokens", property(lambda self: 12))  # one or two rows a pass
+    model.batch_tokens = 12  # one or two rows a pass
     seen = []
     monkeypatch.setattr(type(model), "represent", lambda self, ids, mask, k, inner=type(model).represent:
                         seen.append(ids.shape) or inner(self, ids, mask, k))
