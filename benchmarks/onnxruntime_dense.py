@@ -6,9 +6,9 @@
 
 The packaged MiniLM's encoder is exported to ONNX (opset 17, TorchScript exporter, [CLS] output), once as is and
 once through ``onnxruntime.transformers.optimizer`` (BERT fusions: attention, LayerNorm, GELU); each runs in an
-``InferenceSession`` (all graph optimisations, 2 intra-op threads) over the first 1,000 scifact documents in the
-batches ours makes (64, sorted by length), then ours eager and ``compile_frozen`` over the same documents, in one
-process. Prints docs/s and the smallest cosine of ONNX Runtime's [CLS] vectors to ours.
+``InferenceSession`` (all graph optimisations, 2 intra-op threads) over the first 1,000 scifact documents in
+batches of 64 sorted by length, then ours eager and ``compile_frozen`` over the same documents, in one process
+(ours now also caps tokens per pass on a CPU, which it did not when docs/encoders.md's figures were measured). Prints docs/s and the smallest cosine of ONNX Runtime's [CLS] vectors to ours.
 """
 from __future__ import annotations
 
@@ -63,12 +63,13 @@ def session(path: Path, threads: int):
 
 
 def encode_with(sess, tokenizer, texts: list[str]) -> np.ndarray:
-    """[CLS] vectors in input order, batches of similar length as ``EncoderModel.encode`` makes them."""
+    """[CLS] vectors in input order, in ``EncoderModel.encode``'s length-sorted batches (without its CPU token
+    cap, which came after this measurement)."""
+    from retromae_ir.encode.batching import length_batches
+
     ids = tokenizer(texts, truncation=True, max_length=256)["input_ids"]
-    order = np.argsort([-len(row) for row in ids], kind="stable")
     out = np.zeros((len(texts), sess.get_outputs()[0].shape[-1] or 384), np.float32)
-    for start in range(0, len(order), BATCH):
-        rows = order[start:start + BATCH]
+    for rows in length_batches([len(row) for row in ids], BATCH):  # no token cap: batches of 64, as measured
         batch = tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="np")
         out[rows] = sess.run(None, {name: batch[name].astype(np.int64) for name in ("input_ids", "attention_mask")})[0]
     return out

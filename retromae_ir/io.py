@@ -225,8 +225,6 @@ def remove_stale_temporaries(*folders: str | os.PathLike) -> list[Path]:
     return stale
 
 
-# What a user can fix, as opposed to a bug: bad arguments or input (``ValueError``: DataFormatError, CardError,
-# IndexMismatchError, TrainerError ...), a file that is missing, unreadable or unwritable, another writer.
 CACHE_ENV = "RETROMAE_IR_CACHE"
 
 
@@ -236,6 +234,8 @@ def cache_dir(part: str) -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae_ir") / part
 
 
+# What a user can fix, as opposed to a bug: bad arguments or input (``ValueError``: DataFormatError, CardError,
+# IndexMismatchError, TrainerError ...), a file that is missing, unreadable or unwritable, another writer.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OutputLockedError, FileNotFoundError, PermissionError,
                                                 IsADirectoryError, NotADirectoryError, FileExistsError)
 EXIT_USER_ERROR = 2
