@@ -7,7 +7,7 @@ as before the token cap of :mod:`retromae_ir.encode.batching`, and DupMAE's deco
     LD_PRELOAD=$(.venv/bin/python -m retromae_ir.mkl_shim) .venv/bin/python benchmarks/gemm_routes.py --attention
 
 Routes: ``F.linear`` (MKL's sgemm), a frozen ``torch.compile``d ``nn.Linear`` (``FrozenCompiled``: inductor
-pre-packs the weight for oneDNN when the batch is symbolic), and :class:`retromae_ir.encode.base.PackedLinear`
+pre-packs the weight for oneDNN when the batch is symbolic), and :class:`retromae_ir.encode.packed_linear.PackedLinear`
 (oneDNN with a pre-packed weight, no compilation). Shapes: a square 2048 product, MiniLM's attention projection and
 FFN over 64 x 256 tokens, and DupMAE's decoder over 137 packed rows (``max_pool_logits``' tile for another decoder).
 Timed as the encode benchmark's ceiling is (``encode_search.gflops``: best of three rounds of about ``--seconds``
@@ -35,7 +35,8 @@ SHAPES = {"square 2048": (2048, 2048, 2048), "attention projection": (16384, 384
 def main(argv=None) -> int:
     from encode_search import gflops  # benchmarks/ is the script's own folder, first on sys.path
 
-    from retromae_ir.encode.base import FrozenCompiled, PackedLinear
+    from retromae_ir.encode.base import FrozenCompiled
+    from retromae_ir.encode.packed_linear import PackedLinear
 
     parser = argparse.ArgumentParser(prog="benchmarks/gemm_routes.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.tokens:
-        return token_sweep(args.tokens, args.seconds, gflops, PackedLinear)
+        return token_sweep(args.tokens, args.seconds, gflops, PackedLinear.of)
     if args.attention:
         return attention_routes(args.seconds, gflops)
     rows = ["| shape (M x K x N) | F.linear (MKL) | frozen torch.compile (oneDNN) | PackedLinear (oneDNN) |",
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
         for name, (m, k, n) in SHAPES.items():
             x, linear = torch.randn(m, k), torch.nn.Linear(k, n).eval()
             flops = 2 * m * k * n
-            compiled, packed = FrozenCompiled(linear), PackedLinear(linear)
+            compiled, packed = FrozenCompiled(linear), PackedLinear.of(linear)
             results[name] = {route: gflops(lambda: call(x), flops, "cpu", args.seconds)
                              for route, call in (("F.linear", linear), ("frozen torch.compile", compiled),
                                                  ("PackedLinear", packed))}

@@ -85,43 +85,6 @@ class FrozenCompiled(torch.nn.Module):
             return self.compiled(*args, **kwargs)
 
 
-class PackedLinear(torch.nn.Module):
-    """An inference copy of an ``nn.Linear`` with its weight pre-packed for oneDNN: the kernel inductor's freezing
-    gives compiled linear layers, for a layer run outside the compiled graph (DupMAE's 30,522-way decoder, fed
-    the ordinary tokens' packed rows). 2.8x ``F.linear``'s GFLOP/s at [137, 384] x [384, 30522] on AMD's AVX-512
-    EPYC (468 against 166, fp32, 2 threads, ``benchmarks/gemm_routes.py``). The packed copy does not follow later
-    changes to the original weight. Inputs in another precision (bf16 autocast) take ``F.linear`` in that
-    precision, as eager does."""
-
-    def __init__(self, linear: torch.nn.Linear):
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        with torch.no_grad():
-            self.register_buffer("weight", linear.weight.detach(), persistent=False)  # shared, not copied
-            self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(self.weight, None),
-                                 persistent=False)
-            self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone(),
-                                 persistent=False)
-        self._casts: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor | None]] = {}
-
-    @staticmethod
-    def available(device: torch.device) -> bool:
-        return device.type == "cpu" and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
-                                                                                         "_reorder_linear_weight")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != self.packed.dtype:  # bf16 autocast: aten's bf16 linear, as eager runs it (oneDNN's own)
-            return torch.nn.functional.linear(x, *self._cast(x.dtype))
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-
-    def _cast(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The weight and bias in ``dtype``, cast once (a cast per call of a 30,522-row weight cost more than the
-        product it feeds)."""
-        if dtype not in self._casts:
-            self._casts[dtype] = (self.weight.to(dtype), None if self.bias is None else self.bias.to(dtype))
-        return self._casts[dtype]
-
-
 class EncoderModel(torch.nn.Module):
     """Base class: subclasses implement ``from_checkpoint`` and ``represent``."""
 

@@ -6,7 +6,8 @@ import logging
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from retromae_ir.encode.base import EncoderModel, PackedLinear, load_projection
+from retromae_ir.encode.base import EncoderModel, load_projection
+from retromae_ir.encode.packed_linear import PackedLinear
 from retromae_ir.encode.representation import (max_pool_logits, ordinary_token_mask, pool,
                                                sparse_representation, top_k)
 from retromae_ir.mlm_head import init_identity_head
@@ -49,7 +50,7 @@ class DupMAEEncoderModel(EncoderModel):
         if self.bf16:  # aten's bf16 linear is oneDNN's already, and the tiled path is faster than another head's
             return
         if type(getattr(head, "decoder", None)) is torch.nn.Linear and PackedLinear.available(self.device):
-            head.decoder = PackedLinear(head.decoder)
+            head.decoder = PackedLinear.of(head.decoder)
 
     def represent(self, input_ids, attention_mask, k=None):
         hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

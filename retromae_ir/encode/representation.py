@@ -24,6 +24,8 @@ import warnings
 
 import torch
 
+from retromae_ir.encode.packed_linear import PackedLinear
+
 ACTIVATIONS = {
     "relu": torch.relu,
     "log1p_relu": lambda x: torch.log1p(torch.relu(x)),
@@ -73,28 +75,31 @@ def max_pool_logits_naive(lm_head, hidden: torch.Tensor, token_mask: torch.Tenso
     return torch.cat(rows)
 
 
-def split_lm_head(lm_head) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
+def split_lm_head(lm_head) -> tuple[torch.nn.Module, torch.nn.Module] | None:
     """(transform, decoder) of BERT's MLM head (``BertOnlyMLMHead`` or its ``BertLMPredictionHead``), whose
-    forward is ``decoder(transform(h))``; None for any other head, or when the decoder is no plain ``nn.Linear``
-    (int8 dynamic quantisation replaces it), which :func:`max_pool_logits` then runs whole on row tiles."""
+    forward is ``decoder(transform(h))``; None for any other head, or when the decoder is neither a plain
+    ``nn.Linear`` nor its :class:`PackedLinear` copy (int8 dynamic quantisation replaces it), which
+    :func:`max_pool_logits` then runs whole on row tiles."""
     from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
     head = getattr(lm_head, "predictions", lm_head)
-    if isinstance(head, BertLMPredictionHead) and type(head.decoder) is torch.nn.Linear:
+    if isinstance(head, BertLMPredictionHead) and type(head.decoder) in (torch.nn.Linear, PackedLinear):
         return head.transform, head.decoder
     return None
 
 
-def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, rows: int = 1024,
+def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, rows: int | None = None,
                     vocab_tile: int = 4096) -> torch.Tensor:
     """Eq. 6-7 before the activation: max over ordinary positions of ``lm_head(hidden)``, [B, V].
 
     The positions where ``token_mask`` is True are packed into one [N, H] matrix, so padding and special tokens
     cost nothing. BERT's head (:func:`split_lm_head`) runs its transform (dense, activation, LayerNorm) once on
-    the packed rows, and its decoder (the tied word embeddings, plus bias) on tiles of ``rows`` packed rows by
-    ``vocab_tile`` vocabulary entries, so [rows, vocab_tile] is the largest logits tensor; each tile is reduced
-    into its documents' rows with ``index_reduce_(..., "amax")`` (a running max per document). Another head, or
-    an int8-quantised decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way.
+    the packed rows, and its decoder (the tied word embeddings, plus bias) on tiles of at most ``rows`` packed
+    rows (:data:`CPU_ROWS` on a CPU, :data:`ACCELERATOR_ROWS` elsewhere, when None) by ``vocab_tile`` vocabulary
+    entries, so [rows, vocab_tile] is the largest logits tensor. Row tiles start at document boundaries where
+    they can (:func:`row_tiles`): a tile of one document is reduced with ``amax`` into that document's row, a
+    tile of several with ``index_reduce_(..., "amax")`` (a running max per document). Another head, or an
+    int8-quantised decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way.
 
     Equal to :func:`max_pool_logits_naive` up to the matmuls' summation order (tests/encode/test_ot_maxpool.py
     checks values and gradients), except under int8: dynamic quantisation scales the activations per input tensor,
@@ -104,6 +109,7 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     ``amax``'s do); another head back-propagates through its tiles' running max (updated out of place).
     A text without ordinary tokens pools to -inf, which every activation maps to 0.
     """
+    rows = rows or (CPU_ROWS if hidden.device.type == "cpu" else ACCELERATOR_ROWS)
     if rows < 1 or vocab_tile < 1:
         raise ValueError(f"rows and vocab_tile must be positive, got {rows} and {vocab_tile}")
     batch = hidden.shape[0]
@@ -123,18 +129,71 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
         trainable = [transformed, decoder.weight] + ([] if decoder.bias is None else [decoder.bias])
         if torch.is_grad_enabled() and any(t.requires_grad for t in trainable):
             return _TiledMaxPool.apply(transformed, decoder.weight, decoder.bias, owner, counts, rows, vocab_tile)
-        return _tiled_max(transformed, decoder.weight, decoder.bias, owner, batch, rows, vocab_tile)
+        return _tiled_max(transformed, _decoder_tiles(decoder, vocab_tile), owner, counts, rows)
 
 
-def _tiled_max(transformed, weight, bias, owner, batch: int, rows: int, vocab_tile: int) -> torch.Tensor:
-    """[batch, V]: the decoder's logits over the packed rows, max per document, one [rows, vocab_tile] tile at a
-    time (no graph)."""
-    row_tiles, owner_tiles = transformed.split(rows), owner.split(rows)
-    weights = weight.split(vocab_tile)
-    biases = [None] * len(weights) if bias is None else bias.split(vocab_tile)
+CPU_ROWS = 512  # [512, 4096] fp32 logits (8 MiB) stay in the last-level cache between the product and the max
+ACCELERATOR_ROWS = 1024  # fewer, larger launches
+
+
+def _decoder_tiles(decoder, vocab_tile: int) -> list:
+    """The decoder as callables over consecutive slices of ``vocab_tile`` vocabulary entries."""
+    if isinstance(decoder, PackedLinear):
+        return decoder.column_tiles(vocab_tile)
+    return _linear_tiles(decoder.weight, decoder.bias, vocab_tile)
+
+
+def _linear_tiles(weight, bias, vocab_tile: int) -> list:
+    """``F.linear`` over consecutive slices of ``vocab_tile`` rows of ``weight`` (and ``bias``)."""
+    biases = [None] * -(-weight.shape[0] // vocab_tile) if bias is None else bias.split(vocab_tile)
+    return [functools.partial(torch.nn.functional.linear, weight=w, bias=b)
+            for w, b in zip(weight.split(vocab_tile), biases)]
+
+
+def row_tiles(counts: list[int], rows: int) -> list[tuple[int, int, int | None]]:
+    """(begin, end, document) ranges of at most ``rows`` packed rows, in order, covering every row: a document
+    that fits in what is left of the current range joins it, one that does not starts a new range, and one
+    longer than ``rows`` fills whole ranges of its own. ``document`` is the range's only document, or None when
+    it holds rows of several. No rows at all still give one (empty) range, which fixes the logits' width and
+    dtype."""
+    tiles, begin, end, owners = [], 0, 0, set()
+
+    def close():
+        nonlocal begin, owners
+        tiles.append((begin, end, next(iter(owners)) if len(owners) == 1 else None))
+        begin, owners = end, set()
+
+    for document, count in enumerate(counts):
+        if end > begin and end - begin + count > rows:
+            close()
+        while count > 0:
+            take = min(count, rows - (end - begin))
+            end, count = end + take, count - take
+            owners.add(document)
+            if end - begin == rows:
+                close()
+    if end > begin or not tiles:
+        close()
+    return tiles
+
+
+def _tiled_max(transformed, decoder_tiles, owner, counts, rows: int) -> torch.Tensor:
+    """[batch, V]: each of ``decoder_tiles``' logits over the packed rows, max per document, one row tile
+    (:func:`row_tiles`) at a time (no graph)."""
+    tiles = row_tiles(counts.tolist(), rows)
+    columns = []
     with torch.no_grad():  # the caller silences index_reduce_'s beta warning
-        columns = [_running_max(functools.partial(torch.nn.functional.linear, weight=w, bias=b), row_tiles,
-                                owner_tiles, batch) for w, b in zip(weights, biases)]
+        for logits_of in decoder_tiles:
+            out = None
+            for begin, end, document in tiles:
+                logits = logits_of(transformed[begin:end])
+                if out is None:  # the first tile fixes the width and the dtype (bf16 under autocast)
+                    out = logits.new_full((counts.numel(), logits.shape[1]), float("-inf"))
+                if document is None:
+                    out.index_reduce_(0, owner[begin:end], logits, "amax")
+                else:
+                    torch.maximum(out[document], logits.amax(0), out=out[document])
+            columns.append(out)
     return torch.cat(columns, dim=1)
 
 
@@ -158,7 +217,7 @@ class _TiledMaxPool(torch.autograd.Function):
         ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         ctx.has_bias = bias is not None
         ctx.save_for_backward(transformed, weight, bias if bias is not None else weight.new_empty(0), owner, counts)
-        return _tiled_max(transformed, weight, bias, owner, counts.numel(), rows, vocab_tile)
+        return _tiled_max(transformed, _linear_tiles(weight, bias, vocab_tile), owner, counts, rows)
 
     @staticmethod
     @torch.autograd.function.once_differentiable

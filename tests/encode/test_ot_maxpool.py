@@ -3,8 +3,9 @@ same values, same gradients, on a tiny random BERT MLM with padded batches and a
 import pytest
 import torch
 
+from retromae_ir.encode.packed_linear import PackedLinear
 from retromae_ir.encode.representation import (activation, max_pool_logits, max_pool_logits_naive,
-                                               ordinary_token_mask, split_lm_head)
+                                               ordinary_token_mask, row_tiles, split_lm_head)
 
 # different lengths (padding), "" is [CLS] [SEP] only: no ordinary token
 TEXTS = ["the cat sat on the mat", "", "protein folding in yeast cells under heat stress and cold shock", "a b"]
@@ -40,17 +41,35 @@ def batch(mlm, tiny_bert_dir):
     return hidden, mask
 
 
-@pytest.mark.parametrize("rows, vocab_tile", [(1024, 4096), (7, 1000), (1, 30522), (5, 100000)])
-def test_equals_the_naive_max_pool(mlm, batch, rows, vocab_tile):
-    """1000 does not divide V = 30522; 7 rows cut documents across row tiles; 1 row is one token a tile."""
+@pytest.mark.parametrize("packed", [False, True], ids=["F.linear", "PackedLinear"])
+@pytest.mark.parametrize("rows, vocab_tile", [(None, 4096), (1024, 4096), (7, 1000), (1, 30522), (5, 100000)])
+def test_equals_the_naive_max_pool(mlm, batch, rows, vocab_tile, packed):
+    """1000 does not divide V = 30522; 7 rows cut documents across row tiles (tiles of one document and of
+    several); 1 row is one token a tile; ``packed``: the decoder pre-packed for oneDNN, as --compile runs it."""
+    import copy
+
     hidden, mask = batch
-    assert split_lm_head(mlm.cls) is not None  # the tiled path, not the whole-head fallback
+    head = mlm.cls
+    if packed:
+        if not PackedLinear.available(hidden.device):
+            pytest.skip("this torch has no oneDNN weight packing")
+        head = copy.deepcopy(mlm.cls)
+        head.predictions.decoder = PackedLinear.of(head.predictions.decoder)
+    assert split_lm_head(head) is not None  # the tiled path, not the whole-head fallback
     with torch.no_grad():
         reference = max_pool_logits_naive(mlm.cls, hidden, mask)
-        pooled = max_pool_logits(mlm.cls, hidden, mask, rows=rows, vocab_tile=vocab_tile)
+        pooled = max_pool_logits(head, hidden, mask, rows=rows, vocab_tile=vocab_tile)
     assert pooled.shape == reference.shape == (len(TEXTS), mlm.config.vocab_size)
     assert torch.isneginf(pooled[1]).all() and torch.isfinite(pooled[[0, 2, 3]]).all()
     torch.testing.assert_close(pooled, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_row_tiles_start_at_documents_and_split_long_ones():
+    # 3 | 4 | 2 (a document that does not fit starts a range) | 10 = 5 + 5 (longer than a range) | 1
+    assert row_tiles([3, 4, 2, 10, 1], 5) == [(0, 3, 0), (3, 7, 1), (7, 9, 2), (9, 14, 3), (14, 19, 3), (19, 20, 4)]
+    assert row_tiles([1, 2, 0, 2, 7], 5) == [(0, 5, None), (5, 10, 4), (10, 12, 4)]  # documents share a range
+    assert row_tiles([2, 6, 1], 4) == [(0, 2, 0), (2, 6, 1), (6, 9, None)]  # a remainder shares with the next
+    assert row_tiles([], 4) == row_tiles([0, 0], 4) == [(0, 0, None)]  # no rows: one empty range
 
 
 def test_a_batch_without_any_ordinary_token_pools_to_minus_infinity(mlm, batch):

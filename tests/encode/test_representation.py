@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from retromae_ir.encode import EncoderModel, load_card
-from retromae_ir.encode.base import PackedLinear
+from retromae_ir.encode.packed_linear import PackedLinear
 from retromae_ir.encode.cards import CardError
 from retromae_ir.encode.representation import ACTIVATIONS, activation, quantize, top_k
 
@@ -190,13 +190,17 @@ def test_packed_linear_equals_the_linear():
     linear = torch.nn.Linear(24, 70)
     x = torch.randn(9, 24)
     with torch.no_grad():
-        torch.testing.assert_close(PackedLinear(linear)(x), linear(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(PackedLinear.of(linear)(x), linear(x), rtol=1e-5, atol=1e-5)
         no_bias = torch.nn.Linear(24, 70, bias=False)
-        torch.testing.assert_close(PackedLinear(no_bias)(x), no_bias(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(PackedLinear.of(no_bias)(x), no_bias(x), rtol=1e-5, atol=1e-5)
         # bf16 rows (autocast's) against the fp32 packed weight: oneDNN refuses the pair, so aten's bf16 linear
         half = x.bfloat16()
-        torch.testing.assert_close(PackedLinear(linear)(half),
+        torch.testing.assert_close(PackedLinear.of(linear)(half),
                                    torch.nn.functional.linear(half, linear.weight.bfloat16(), linear.bias.bfloat16()))
+        for layer in (linear, no_bias):  # slices of 32 outputs (the last one narrower), packed on their own
+            tiles = PackedLinear.of(layer).column_tiles(32)
+            assert [tile.out_features for tile in tiles] == [32, 32, 6]
+            torch.testing.assert_close(torch.cat([tile(x) for tile in tiles], 1), layer(x), rtol=1e-5, atol=1e-5)
 
 
 def test_compiled_bf16_autocast_gives_the_eager_bf16_vectors(tiny_card):
