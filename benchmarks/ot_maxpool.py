@@ -40,7 +40,8 @@ def main(argv=None) -> int:
     parser.add_argument("--length", type=int, default=256, help="padded length (positions) of the batch")
     parser.add_argument("--min-length", type=int, default=None, help="shortest document (default: length // 2)")
     parser.add_argument("--tile", type=int, default=4096, help="vocabulary tile of the new path")
-    parser.add_argument("--rows", type=int, default=1024, help="packed rows per tile of the new path")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="packed rows per tile of the new path (default: max_pool_logits' own, 512 on a CPU)")
     parser.add_argument("--chunk", type=int, default=16, help="documents per chunk of the naive path")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds; the best of each is kept")
@@ -50,18 +51,30 @@ def main(argv=None) -> int:
     parser.add_argument("--k", type=int, default=384,
                         help="with --backward: Eq. 11's top-k before the loss, as fine-tuning does (0: every entry)")
     parser.add_argument("--bf16", action="store_true", help="under bf16 autocast (the chain's default on bf16 CPUs)")
+    parser.add_argument("--packed", action="store_true",
+                        help="the new path's decoder pre-packed for oneDNN (PackedLinear), as --compile encodes")
     args = parser.parse_args(argv)
     args.min_length = args.length // 2 if args.min_length is None else args.min_length
     if not 2 <= args.min_length <= args.length:
         parser.error(f"--min-length must be between 2 and --length ({args.length}), got {args.min_length}")
     import contextlib
 
-    from retromae_ir.encode.representation import max_pool_logits, max_pool_logits_naive, top_k
+    from retromae_ir.encode.representation import CPU_ROWS, max_pool_logits, max_pool_logits_naive, top_k
 
     torch.set_num_threads(args.threads)
     head, hidden, mask = build(args)
+    tiled_head = head
+    if args.packed:
+        if args.backward:
+            parser.error("--packed is inference only (PackedLinear has no gradient)")
+        import copy
+
+        from retromae_ir.encode.packed_linear import PackedLinear
+
+        tiled_head = copy.deepcopy(head)
+        tiled_head.predictions.decoder = PackedLinear.of(head.predictions.decoder)
     systems = {"naive": lambda h: max_pool_logits_naive(head, h, mask, chunk=args.chunk),
-               "packed+tiled": lambda h: max_pool_logits(head, h, mask, rows=args.rows, vocab_tile=args.tile)}
+               "packed+tiled": lambda h: max_pool_logits(tiled_head, h, mask, rows=args.rows, vocab_tile=args.tile)}
 
     precision = torch.autocast("cpu", dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
 
@@ -85,8 +98,10 @@ def main(argv=None) -> int:
             best[name] = min(best[name], time.perf_counter() - start)
     finite = torch.isfinite(outputs["naive"])
     results = {"batch": args.batch, "length": args.length, "ordinary_tokens": int(mask.sum()),
-               "positions": args.batch * args.length, "tile": args.tile, "rows": args.rows, "threads": args.threads,
+               "positions": args.batch * args.length, "tile": args.tile, "rows": args.rows or CPU_ROWS,
+               "threads": args.threads,
                "backward": args.backward, "k": args.k if args.backward else None, "bf16": args.bf16,
+               "packed_decoder": args.packed,
                **{f"{name}_ms_per_batch": 1000 * seconds for name, seconds in best.items()},
                "speedup_naive_over_new": best["naive"] / best["packed+tiled"],
                "max_abs_difference": float((outputs["naive"] - outputs["packed+tiled"])[finite].abs().max()),

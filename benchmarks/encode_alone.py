@@ -1,0 +1,95 @@
+"""One encoder alone in its process, as ``python -m retromae_ir.encode`` runs it, on consecutive slices of scifact
+documents it has not encoded before (batch shapes as new to oneDNN as in a real corpus), then on the first slice
+again (every shape seen). Per slice: docs/s, GFLOP/s and its fraction of the fp32 matmul ceiling measured in the
+same run, CPU seconds in user and kernel mode, and minor page faults.
+
+``encode_search.py`` runs every system interleaved in one process, where the others' allocations have already
+grown the heap; here an encoder pays its own page faults, as it does in the CLI.
+
+    .venv/bin/python benchmarks/encode_alone.py --encoder dupmae-minilm --compile
+    .venv/bin/python benchmarks/encode_alone.py --encoder minilm-cls --compile --pad-to 1  # no rounding of lengths
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir" / "scifact" / "corpus.jsonl"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/encode_alone.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--encoder", default="dupmae-minilm", help="an encoder card (default: dupmae-minilm)")
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--slice", type=int, default=500, help="documents per slice")
+    parser.add_argument("--slices", type=int, default=3, help="fresh slices, before the first is encoded again")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="EncoderModel.compile_frozen")
+    parser.add_argument("--pad-to", type=int, default=None,
+                        help="pad batches to a multiple of this many tokens (default: the encoder's own choice)")
+    args = parser.parse_args(argv)
+    if args.slice < 1 or args.slices < 1:
+        parser.error("--slice and --slices must be at least 1")
+    from encode_search import matmul_ceiling, model_flops_per_doc  # benchmarks/ is first on sys.path
+
+    from retromae_ir.encode.base import EncoderModel
+
+    logging.disable(logging.WARNING)  # the packaged MiniLM's missing-MLM-head report
+    ceiling = matmul_ceiling(args.threads, dtypes=("fp32",))["fp32"]
+    torch.set_num_threads(args.threads)
+    texts = [f"{row['title']} {row['text']}" for row in map(json.loads, args.corpus.open())]
+    model = EncoderModel.from_card(args.encoder, device="cpu", bf16=False)
+    owner, name = model._backbone()
+    config = getattr(owner, name).config  # before compile_frozen wraps the backbone
+    if args.compile:
+        model.compile_frozen()
+    if args.pad_to is not None:
+        model.pad_to = args.pad_to
+    warm = texts[-64:]  # compilation and the first batch, on documents no slice holds
+    model.encode_passage(warm)
+    slices = [(i * args.slice, (i + 1) * args.slice) for i in range(args.slices)] + [(0, args.slice)]
+    rows = []
+    for begin, end in slices:
+        part = texts[begin:end]
+        before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        model.encode_passage(part)
+        seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+        gflops = flops(model, config, part, model_flops_per_doc) / seconds / 1e9
+        rows.append({"documents": f"{begin}-{end}", "seen": (begin, end) in slices[:len(rows)],
+                     "docs_per_s": len(part) / seconds, "gflops_per_s": gflops, "fraction_of_ceiling": gflops / ceiling,
+                     "user_s": after.ru_utime - before.ru_utime, "system_s": after.ru_stime - before.ru_stime,
+                     "minor_page_faults": after.ru_minflt - before.ru_minflt})
+        print(json.dumps(rows[-1]), flush=True)
+    multiple = getattr(model, "pad_multiple", 1)  # 1 in code from before the padding (to compare with it)
+    print(f"\n{args.encoder}{' --compile' if args.compile else ''}, fp32, {args.threads} threads, batches padded to a "
+          f"multiple of {multiple}; fp32 ceiling {ceiling:.1f} GFLOP/s")
+    print("| documents | shapes | docs/s | of the ceiling | user s | system s | minor page faults |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        print(f"| {row['documents']} | {'seen' if row['seen'] else 'new'} | {row['docs_per_s']:.1f} | "
+              f"{row['fraction_of_ceiling']:.2f} | {row['user_s']:.1f} | {row['system_s']:.1f} | "
+              f"{row['minor_page_faults']} |")
+    return 0
+
+
+def flops(model, config, texts: list[str], model_flops_per_doc) -> float:
+    """The encode benchmark's count (``encode_search.model_flops_per_doc``): the encoder's matmuls, plus the MLM
+    head over the ordinary tokens for a model with one (DupMAE)."""
+    ids = model.tokenizer(texts, truncation=True, max_length=model.card.max_passage_length)["input_ids"]
+    tokens = np.array([len(row) for row in ids])
+    special = set(model.tokenizer.all_special_ids)
+    ordinary = np.array([sum(i not in special for i in row) for row in ids])
+    head = hasattr(model, "lm_head")
+    return float(model_flops_per_doc(config, tokens, head, ordinary if head else None).sum())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
