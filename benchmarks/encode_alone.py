@@ -7,7 +7,7 @@ same run, CPU seconds in user and kernel mode, and minor page faults.
 grown the heap; here an encoder pays its own page faults, as it does in the CLI.
 
     .venv/bin/python benchmarks/encode_alone.py --encoder dupmae-minilm --compile
-    .venv/bin/python benchmarks/encode_alone.py --encoder minilm-cls --compile --pad-to 1  # no rounding of lengths
+    .venv/bin/python benchmarks/encode_alone.py --encoder minilm-cls --compile
 """
 from __future__ import annotations
 
@@ -33,8 +33,6 @@ def main(argv=None) -> int:
     parser.add_argument("--slices", type=int, default=3, help="fresh slices, before the first is encoded again")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="EncoderModel.compile_frozen")
-    parser.add_argument("--pad-to", type=int, default=None,
-                        help="pad batches to a multiple of this many tokens (default: the encoder's own choice)")
     args = parser.parse_args(argv)
     if args.slice < 1 or args.slices < 1:
         parser.error("--slice and --slices must be at least 1")
@@ -51,8 +49,6 @@ def main(argv=None) -> int:
     config = getattr(owner, name).config  # before compile_frozen wraps the backbone
     if args.compile:
         model.compile_frozen()
-    if args.pad_to is not None:
-        model.pad_to = args.pad_to
     warm = texts[-64:]  # compilation and the first batch, on documents no slice holds
     model.encode_passage(warm)
     slices = [(i * args.slice, (i + 1) * args.slice) for i in range(args.slices)] + [(0, args.slice)]
@@ -68,9 +64,8 @@ def main(argv=None) -> int:
                      "user_s": after.ru_utime - before.ru_utime, "system_s": after.ru_stime - before.ru_stime,
                      "minor_page_faults": after.ru_minflt - before.ru_minflt})
         print(json.dumps(rows[-1]), flush=True)
-    multiple = getattr(model, "pad_multiple", 1)  # 1 in code from before the padding (to compare with it)
-    print(f"\n{args.encoder}{' --compile' if args.compile else ''}, fp32, {args.threads} threads, batches padded to a "
-          f"multiple of {multiple}; fp32 ceiling {ceiling:.1f} GFLOP/s")
+    print(f"\n{args.encoder}{' --compile' if args.compile else ''}, fp32, {args.threads} threads; fp32 ceiling "
+          f"{ceiling:.1f} GFLOP/s")
     print("| documents | shapes | docs/s | of the ceiling | user s | system s | minor page faults |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:

@@ -17,7 +17,7 @@ import scipy.sparse
 import torch
 from tqdm import tqdm
 
-from retromae_ir.encode.batching import length_batches, padded_length, token_budget
+from retromae_ir.encode.batching import length_batches, token_budget
 from retromae_ir.encode.cards import CardError, EncoderCard, load_card
 from retromae_ir.encode.representation import dense_representation
 from retromae_ir.hardware import bf16_is_fast
@@ -97,7 +97,6 @@ class EncoderModel(torch.nn.Module):
         self.int8 = False
         self.compiled = False
         self.batch_tokens: int | None | str = "auto"  # the token cap per forward pass: see max_batch_tokens
-        self.pad_to: int | str = "auto"  # batches padded to a multiple of this many tokens: see pad_multiple
         self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
 
     @classmethod
@@ -191,15 +190,6 @@ class EncoderModel(torch.nn.Module):
         width = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # BERT's 4x when unnamed
         return token_budget(self.device, width, element_bytes=2 if self.bf16 else 4)
 
-    @property
-    def pad_multiple(self) -> int:
-        """Batches are padded to a multiple of this many tokens: ``pad_to`` when set to a number, else ("auto") 8
-        for a compiled model on a CPU, whose oneDNN kernels are built once per input shape
-        (:mod:`retromae_ir.encode.batching`), and 1 otherwise."""
-        if self.pad_to != "auto":
-            return self.pad_to
-        return 8 if self.compiled and self.device.type == "cpu" else 1
-
     def encode_query(self, texts: list[str], batch_size: int = 64) -> Encoded:
         return self.encode(texts, self.card.max_query_length, self.card.query_k, batch_size)
 
@@ -217,13 +207,9 @@ class EncoderModel(torch.nn.Module):
         dense, sparse = [None] * len(texts), []
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16
                     else contextlib.nullcontext())
-        multiple = self.pad_multiple
-        batches = list(length_batches([len(row) for row in ids], batch_size, self.max_batch_tokens, multiple,
-                                      max_length))
+        batches = list(length_batches([len(row) for row in ids], batch_size, self.max_batch_tokens))
         for rows in tqdm(batches, disable=not progress, desc="encode", unit="batch"):
-            length = padded_length(max(len(ids[i]) for i in rows), multiple, max_length)
-            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, padding="max_length",
-                                       max_length=length, return_tensors="pt").to(self.device)
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt").to(self.device)
             with autocast:
                 d, s = self.represent(batch["input_ids"], batch["attention_mask"], k)
             d = d.float().cpu().numpy()

@@ -7,12 +7,7 @@ AMD's AVX-512 EPYC (32 MiB L3, 2 threads) MiniLM's FFN-in product (384 -> 1536, 
 up to 5,120 tokens (30 MiB of output), 387-395 at 6,144-8,192 and 318 at 16,384, the 64 documents of 256 tokens
 of a batch of 64 (``benchmarks/gemm_routes.py --tokens``; docs/encoders.md). Half the cache is the budget, leaving
 the rest to the product's inputs and weights, with a floor of ``MIN_TOKENS`` (caps from 768 to 4,096 tokens
-encoded at the same speed there). A GPU keeps the caller's batch size.
-
-Why lengths may be rounded up (``multiple``): oneDNN, which runs the linear layers of a ``--compile``d encoder
-on a CPU, builds a kernel for each new input shape and caches it. Padding each batch to a multiple of 8 tokens
-lets shapes recur: fresh scifact documents then encode 4-5% faster there despite the extra padding
-(docs/encoders.md)."""
+encoded at the same speed there). A GPU keeps the caller's batch size."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -41,24 +36,15 @@ def token_budget(device: torch.device, width: int, element_bytes: int = 4) -> in
     return cpu_token_budget(width, last_level_cache_bytes(), element_bytes)
 
 
-def padded_length(longest: int, multiple: int = 1, limit: int | None = None) -> int:
-    """The length a batch whose longest document has ``longest`` tokens is padded to: rounded up to a multiple
-    of ``multiple``, but not past ``limit`` (the truncation length) unless ``longest`` already is."""
-    rounded = -(-longest // multiple) * multiple
-    return rounded if limit is None else max(longest, min(rounded, limit))
-
-
-def length_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None, multiple: int = 1,
-                   limit: int | None = None) -> Iterator[np.ndarray]:
+def length_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> Iterator[np.ndarray]:
     """Indices into ``lengths``, longest first, in batches of at most ``batch_size`` documents whose padded size
-    (documents x :func:`padded_length` of the longest, with ``multiple`` and ``limit``) stays within
-    ``max_tokens`` (a document longer than that goes alone)."""
+    (documents x longest length) stays within ``max_tokens`` (a document longer than that goes alone)."""
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
     order = np.argsort([-length for length in lengths], kind="stable")
     start = 0
     while start < len(order):
-        longest = padded_length(max(1, lengths[order[start]]), multiple, limit)
+        longest = max(1, lengths[order[start]])
         rows = batch_size if max_tokens is None else max(1, min(batch_size, max_tokens // longest))
         yield order[start:start + rows]
         start += rows

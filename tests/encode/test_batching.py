@@ -24,19 +24,6 @@ def test_a_document_longer_than_the_cap_still_gets_a_batch():
     assert batches([50, 40], 8, 16) == [[0], [1]]
 
 
-def test_lengths_round_up_to_the_multiple_but_not_past_the_limit():
-    assert [batching.padded_length(n, 8, 256) for n in (1, 8, 9, 250, 253, 256)] == [8, 8, 16, 256, 256, 256]
-    assert batching.padded_length(250, 8, 251) == 251  # a truncation length that is no multiple caps it
-    assert batching.padded_length(300, 8, 256) == 300 and batching.padded_length(300, 8) == 304  # no limit
-    assert batching.padded_length(13) == 13  # multiple 1: the longest document's length
-
-
-def test_the_token_cap_counts_the_padded_length():
-    # 9 tokens pad to 16: one document a 16-token pass; 5 pads to 8: two a pass
-    assert [rows.tolist() for rows in batching.length_batches([9, 5, 5, 5], 4, 16, multiple=8)] == [[0], [1, 2], [3]]
-    assert batches([9, 5, 5, 5], 4, 16) == [[0], [1, 2, 3]]  # unpadded, three 5-token documents fit
-
-
 def test_a_batch_size_below_one_is_refused():
     with pytest.raises(ValueError, match="batch size must be at least 1, got 0"):
         batches([1, 2], 0)

@@ -159,7 +159,6 @@ def test_compiled_backbone_gives_the_eager_vectors(tiny_card, tiny_model):
     model = EncoderModel.from_card(tiny_card, device="cpu").compile_frozen()
     assert model.compiled and type(model.mlm.bert.compiled).__name__ == "OptimizedModule"
     assert isinstance(model.lm_head.predictions.decoder, PackedLinear)  # the head's decoder on oneDNN too
-    assert model.pad_multiple == 8 and tiny_model.pad_multiple == 1  # compiled batches pad to 8k tokens
     for _ in range(2):  # the second call reuses the compiled graph with other lengths (dynamic shapes)
         compiled = model.encode_passage(texts)
         np.testing.assert_allclose(compiled.dense, eager.dense, atol=1e-5)
