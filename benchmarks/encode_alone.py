@@ -18,7 +18,6 @@ import resource
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir" / "scifact" / "corpus.jsonl"
@@ -36,7 +35,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.slice < 1 or args.slices < 1:
         parser.error("--slice and --slices must be at least 1")
-    from encode_search import matmul_ceiling, model_flops_per_doc  # benchmarks/ is first on sys.path
+    from encode_search import matmul_ceiling, model_flops_per_doc, token_counts  # benchmarks/ is on sys.path
 
     from retromae_ir.encode.base import EncoderModel
 
@@ -45,8 +44,6 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     texts = [f"{row['title']} {row['text']}" for row in map(json.loads, args.corpus.open())]
     model = EncoderModel.from_card(args.encoder, device="cpu", bf16=False)
-    owner, name = model._backbone()
-    config = getattr(owner, name).config  # before compile_frozen wraps the backbone
     if args.compile:
         model.compile_frozen()
     warm = texts[-64:]  # compilation and the first batch, on documents no slice holds
@@ -58,7 +55,7 @@ def main(argv=None) -> int:
         before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         model.encode_passage(part)
         seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
-        gflops = flops(model, config, part, model_flops_per_doc) / seconds / 1e9
+        gflops = flops(model, part, model_flops_per_doc, token_counts) / seconds / 1e9
         rows.append({"documents": f"{begin}-{end}", "seen": (begin, end) in slices[:len(rows)],
                      "docs_per_s": len(part) / seconds, "gflops_per_s": gflops, "fraction_of_ceiling": gflops / ceiling,
                      "user_s": after.ru_utime - before.ru_utime, "system_s": after.ru_stime - before.ru_stime,
@@ -75,15 +72,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def flops(model, config, texts: list[str], model_flops_per_doc) -> float:
+def flops(model, texts: list[str], model_flops_per_doc, token_counts) -> float:
     """The encode benchmark's count (``encode_search.model_flops_per_doc``): the encoder's matmuls, plus the MLM
     head over the ordinary tokens for a model with one (DupMAE)."""
-    ids = model.tokenizer(texts, truncation=True, max_length=model.card.max_passage_length)["input_ids"]
-    tokens = np.array([len(row) for row in ids])
-    special = set(model.tokenizer.all_special_ids)
-    ordinary = np.array([sum(i not in special for i in row) for row in ids])
+    tokens, ordinary = token_counts(model.tokenizer, texts, model.card.max_passage_length)
     head = hasattr(model, "lm_head")
-    return float(model_flops_per_doc(config, tokens, head, ordinary if head else None).sum())
+    return float(model_flops_per_doc(model.backbone_config, tokens, head, ordinary if head else None).sum())
 
 
 if __name__ == "__main__":

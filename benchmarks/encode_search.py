@@ -121,6 +121,13 @@ def model_flops_per_doc(config, tokens: np.ndarray, lm_head: bool, head_tokens: 
     return tokens * per_token + head + tokens * attention
 
 
+def token_counts(tokenizer, texts: list[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of each text after truncation at ``max_length``, and how many of them are ordinary (not special)."""
+    ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    special = set(tokenizer.all_special_ids)
+    return np.array([len(row) for row in ids]), np.array([sum(i not in special for i in row) for row in ids])
+
+
 def splade_checkpoint(encoder, work: Path) -> Path:
     """Our DupMAE encoder's checkpoint (its backbone and the MLM head it runs: MiniLM's identity head) as a folder
     Pyserini's SpladeDocumentEncoder loads: ``AutoModelForMaskedLM.from_pretrained(use_safetensors=False)``
@@ -305,10 +312,7 @@ def encode_benchmark(args) -> dict:
                 best[splade_model_only] = min(best[splade_model_only], seconds - dict_output.seconds)
                 print(f"{label} round {round_}: {splade_model_only}: "
                       f"{len(texts) / (seconds - dict_output.seconds):.2f} docs/s", flush=True)
-    ids = ours["minilm-cls"].tokenizer(texts, truncation=True, max_length=256)["input_ids"]
-    special = set(ours["dupmae-minilm"].tokenizer.all_special_ids)
-    tokens = np.array([len(row) for row in ids])
-    ordinary = np.array([sum(i not in special for i in row) for row in ids])
+    tokens, ordinary = token_counts(ours["dupmae-minilm"].tokenizer, texts, 256)
     config = AutoConfig.from_pretrained(minilm)
     flops = {None: model_flops_per_doc(config, tokens, False).sum(),
              "all": model_flops_per_doc(config, tokens, True).sum(),

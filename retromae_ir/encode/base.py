@@ -178,15 +178,20 @@ class EncoderModel(torch.nn.Module):
         return self.special_ids.device
 
     @property
+    def backbone_config(self):
+        """The transformer's ``config``, whether or not :meth:`compile_frozen` has wrapped it."""
+        owner, name = self._backbone()
+        backbone = getattr(owner, name)
+        return (backbone.module if isinstance(backbone, FrozenCompiled) else backbone).config
+
+    @property
     def max_batch_tokens(self) -> int | None:
         """Tokens per forward pass (None: the caller's batch size alone decides): ``batch_tokens`` when set to a
         number or None, else ("auto") sized on a CPU by the transformer's widest activation, its FFN
         (:func:`retromae_ir.encode.batching.token_budget`)."""
         if self.batch_tokens != "auto":
             return self.batch_tokens
-        owner, name = self._backbone()
-        backbone = getattr(owner, name)
-        config = (backbone.module if isinstance(backbone, FrozenCompiled) else backbone).config
+        config = self.backbone_config
         width = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # BERT's 4x when unnamed
         return token_budget(self.device, width, element_bytes=2 if self.bf16 else 4)
 

@@ -45,8 +45,8 @@ class PackedLinear(torch.nn.Module):
         """The layer as consecutive layers of ``size`` outputs each (the last one may be narrower), each packed
         on its own; built once per ``size``."""
         if size not in self._tiles:
-            biases = [None] * -(-self.out_features // size) if self.bias is None else self.bias.split(size)
-            self._tiles[size] = [PackedLinear(weight, bias) for weight, bias in zip(self.weight.split(size), biases)]
+            slices = output_slices(self.weight, self.bias, size)
+            self._tiles[size] = [PackedLinear(weight, bias) for weight, bias in slices]
         return self._tiles[size]
 
     def _cast(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -55,3 +55,9 @@ class PackedLinear(torch.nn.Module):
         if dtype not in self._casts:
             self._casts[dtype] = (self.weight.to(dtype), None if self.bias is None else self.bias.to(dtype))
         return self._casts[dtype]
+
+
+def output_slices(weight: torch.Tensor, bias: torch.Tensor | None, size: int) -> list[tuple]:
+    """(weight, bias) of a linear layer's consecutive slices of ``size`` outputs (the last may be narrower)."""
+    weights = weight.split(size)
+    return list(zip(weights, [None] * len(weights) if bias is None else bias.split(size)))

@@ -24,7 +24,7 @@ import warnings
 
 import torch
 
-from retromae_ir.encode.packed_linear import PackedLinear
+from retromae_ir.encode.packed_linear import PackedLinear, output_slices
 
 ACTIVATIONS = {
     "relu": torch.relu,
@@ -123,7 +123,8 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
             decoder = getattr(getattr(lm_head, "predictions", lm_head), "decoder", None)
             vocab = getattr(decoder, "out_features", None)
             tile_rows = max(1, rows * vocab_tile // vocab) if vocab else rows
-            return _running_max(lm_head, packed.split(tile_rows), owner.split(tile_rows), batch)
+            splits = [(begin, min(begin + tile_rows, len(packed)), None) for begin in range(0, len(packed), tile_rows)]
+            return _running_max(lm_head, packed, splits or [(0, 0, None)], owner, batch)
         transform, decoder = parts
         transformed = transform(packed)
         trainable = [transformed, decoder.weight] + ([] if decoder.bias is None else [decoder.bias])
@@ -145,9 +146,8 @@ def _decoder_tiles(decoder, vocab_tile: int) -> list:
 
 def _linear_tiles(weight, bias, vocab_tile: int) -> list:
     """``F.linear`` over consecutive slices of ``vocab_tile`` rows of ``weight`` (and ``bias``)."""
-    biases = [None] * -(-weight.shape[0] // vocab_tile) if bias is None else bias.split(vocab_tile)
     return [functools.partial(torch.nn.functional.linear, weight=w, bias=b)
-            for w, b in zip(weight.split(vocab_tile), biases)]
+            for w, b in output_slices(weight, bias, vocab_tile)]
 
 
 def row_tiles(counts: list[int], rows: int) -> list[tuple[int, int, int | None]]:
@@ -181,19 +181,8 @@ def _tiled_max(transformed, decoder_tiles, owner, counts, rows: int) -> torch.Te
     """[batch, V]: each of ``decoder_tiles``' logits over the packed rows, max per document, one row tile
     (:func:`row_tiles`) at a time (no graph)."""
     tiles = row_tiles(counts.tolist(), rows)
-    columns = []
     with torch.no_grad():  # the caller silences index_reduce_'s beta warning
-        for logits_of in decoder_tiles:
-            out = None
-            for begin, end, document in tiles:
-                logits = logits_of(transformed[begin:end])
-                if out is None:  # the first tile fixes the width and the dtype (bf16 under autocast)
-                    out = logits.new_full((counts.numel(), logits.shape[1]), float("-inf"))
-                if document is None:
-                    out.index_reduce_(0, owner[begin:end], logits, "amax")
-                else:
-                    torch.maximum(out[document], logits.amax(0), out=out[document])
-            columns.append(out)
+        columns = [_running_max(logits_of, transformed, tiles, owner, counts.numel()) for logits_of in decoder_tiles]
     return torch.cat(columns, dim=1)
 
 
@@ -264,18 +253,21 @@ def _pooled_columns(rows, weight, bias, owner, counts, columns, length: int) -> 
     return logits.masked_fill(~present.unsqueeze(-1), float("-inf")).amax(dim=1)
 
 
-def _running_max(logits_of, row_tiles, owner_tiles, batch: int) -> torch.Tensor:
-    """[batch, V'] max per document of ``logits_of(tile)`` over the row tiles; -inf where a document owns no row.
-    There is always a tile (splitting no rows gives one empty tile), and the first fixes V' and the dtype."""
+def _running_max(logits_of, rows, tiles, owner, batch: int) -> torch.Tensor:
+    """[batch, V'] max per document of ``logits_of(rows[begin:end])`` over the (begin, end, document) ``tiles``
+    (:func:`row_tiles`; document None: rows of several, reduced by ``owner``); -inf where a document owns no row.
+    There is always a tile, and the first fixes V' and the dtype (bf16 under autocast)."""
     out = None
-    for tile, owner in zip(row_tiles, owner_tiles):
-        logits = logits_of(tile)
+    for begin, end, document in tiles:
+        logits = logits_of(rows[begin:end])
         if out is None:
-            out = torch.full((batch, logits.shape[1]), float("-inf"), dtype=logits.dtype, device=logits.device)
+            out = logits.new_full((batch, logits.shape[1]), float("-inf"))
         if logits.requires_grad:  # backward needs each step's result: no in-place update then
-            out = out.index_reduce(0, owner, logits, "amax")
+            out = out.index_reduce(0, owner[begin:end], logits, "amax")
+        elif document is None:
+            out.index_reduce_(0, owner[begin:end], logits, "amax")
         else:
-            out.index_reduce_(0, owner, logits, "amax")
+            torch.maximum(out[document], logits.amax(0), out=out[document])
     return out
 
 
