@@ -123,7 +123,8 @@ def _encode_chunk(model, docids: list[str], texts: list[str], path: Path, batch_
 def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **source_fields) -> Path:
     """The one finished encoding of ``card`` in ``shard_num`` shards under DIR/.work whose sources also hold
     ``source_fields`` (a caller that knows the corpus passes its ``corpus_digest``; the ``merge`` command is not told
-    it); none, or several (other corpora or dtypes), is refused: never a guess."""
+    it); none, several (other corpora or dtypes), or an unfinished one beside it (most likely the encoding the user
+    means, of a new corpus or dtype, whose last shard has not run) is refused: never a guess."""
     candidates = []
     for root in sorted((Path(output) / WORK).glob(f"*-of-{shard_num}")):
         source = _read_source(root)
@@ -132,16 +133,21 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
                 and all(source.get(field) == value for field, value in source_fields.items()):
             candidates.append(root)
     finished = [root for root in candidates if not _unfinished(root, shard_num)]
+    unfinished = [root for root in candidates if root not in finished]
+    if unfinished:
+        root = unfinished[0]
+        shard_id = _unfinished(root, shard_num)[0]
+        beside = "".join(f"; {other.name} beside it ({_describe(_read_source(other))}) is finished but not merged "
+                         f"while {root.name} is there: remove {root} to merge it" for other in finished)
+        raise IndexMismatchError(f"shard {shard_id} of {shard_num} is not finished ({root}: "
+                                 f"{_describe(_read_source(root))}): run it (--shard-id {shard_id} --shard-num "
+                                 f"{shard_num}) before merging{beside}")
     if len(finished) == 1:
         return finished[0]
     if len(finished) > 1:
         found = "; ".join(f"{root.name}: {_describe(_read_source(root))}" for root in finished)
         raise IndexMismatchError(f"{output}/{WORK} holds {len(finished)} finished encodings of card {card.name!r} "
                                  f"({found}): remove the stale ones, or encode into a new --output")
-    if candidates:
-        shard_id = _unfinished(candidates[0], shard_num)[0]
-        raise IndexMismatchError(f"shard {shard_id} of {shard_num} is not finished ({candidates[0]}): run it "
-                                 f"(--shard-id {shard_id} --shard-num {shard_num}) before merging")
     raise IndexMismatchError(f"no encoded shards of card {card.name!r} ({shard_num} shards, "
                              f"{'int8' if int8 else 'not int8'}) under {output}/{WORK}")
 

@@ -49,6 +49,24 @@ def test_two_shards_merge_into_the_single_process_index(dense_model, tmp_path):
     assert read_manifest(tmp_path / "two")["documents"] == 11
 
 
+
+def test_merge_refuses_an_old_finished_encoding_beside_an_unfinished_new_one(dense_model, tmp_path):
+    """A changed corpus whose shard 1 has not run yet: merging used to rebuild the old corpus's index from the
+    finished encoding beside it and exit 0. Now it names both and leaves the old index as it was."""
+    for shard in (0, 1):
+        encode_shard(dense_model, IDS, DOCS, tmp_path, shard, 2, chunk_size=4)
+    merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=2)
+    before = read_manifest(tmp_path)
+    new_ids = [f"new{i}" for i in range(11)]
+    unfinished = encode_shard(dense_model, new_ids, DOCS, tmp_path, 0, 2, chunk_size=4).parent
+    with pytest.raises(IndexMismatchError, match=r"shard 1 of 2 is not finished .*finished but not merged") as error:
+        merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=2)
+    assert str(unfinished) in str(error.value)
+    assert read_manifest(tmp_path) == before and _vectors(tmp_path)[0] == IDS
+    encode_shard(dense_model, new_ids, DOCS, tmp_path, 1, 2, chunk_size=4)
+    with pytest.raises(IndexMismatchError, match="2 finished encodings"):
+        merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=2)
+
 def test_rerun_encodes_only_missing_chunks(dense_model, tmp_path, monkeypatch):
     folder = encode_shard(dense_model, IDS, DOCS, tmp_path, chunk_size=4)
     chunks = sorted(folder.glob("chunk-*.npz"))
@@ -124,7 +142,7 @@ def test_a_resume_with_another_chunk_size_gives_the_corpus_once(dense_model, tmp
         chunk.unlink()
     second = encode_shard(dense_model, IDS, DOCS, tmp_path / "out", chunk_size=4)
     assert second != first
-    merge(tmp_path / "out", dense_model.card, dense_model.vocab)
+    merge(tmp_path / "out", dense_model.card, dense_model.vocab, work=second.parent)  # as run_corpus does
     assert _vectors(tmp_path / "out")[0] == IDS and read_manifest(tmp_path / "out")["documents"] == 11
 
     threes = encode_shard(dense_model, IDS, DOCS, tmp_path / "mixed", chunk_size=3)
