@@ -17,12 +17,17 @@ COMMANDS = {"train": "train the cross-encoder on the stage-2 groups",
 
 def train(argv: list[str]):
     from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments
-    from retromae_ir.training.trainer import exclusive_run, run_identity
+    from retromae_ir.io import checkpoint_key
+    from retromae_ir.packaged import default_model
     from retromae_ir.rerank.model import CrossEncoderArguments
+    from retromae_ir.training.trainer import exclusive_run, run_identity
 
     model_args, data, training = dataclass_parser([CrossEncoderArguments, DataArguments, FinetuneTrainingArguments],
                                                   f"{PROG} train").parse_args_into_dataclasses(argv)
-    identity = run_identity({"method": "cross-encoder"}, model_args, data, training)
+    # the start's weights, not only its path: a --model folder trained again in place is another start
+    identity = run_identity({"method": "cross-encoder", "start_weights": checkpoint_key(model_args.model or
+                                                                                         default_model())},
+                            model_args, data, training)
     with exclusive_run(training, identity):
         return _train(model_args, data, training, identity)
 

@@ -111,3 +111,30 @@ def test_a_partial_file_of_other_inputs_is_started_over(cross_encoder, tmp_path)
     records = [json.loads(line) for line in lines.read_text().splitlines()]
     assert [r["qid"] for r in records] == ["b1", "b2", "b3"]
     assert all(len(r["negative_scores"]) == 1 for r in records)
+
+
+def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, tmp_path, capsys):
+    """`rerank train --resume` keys the run on the start's weight files, not only on the --model path: a start
+    folder trained again in place is another run (it used to resume the old one and exit 0)."""
+    import shutil
+
+    from transformers import AutoModelForSequenceClassification
+
+    from retromae_ir.rerank.__main__ import main
+
+    start, train_file, corpus_file = tmp_path / "start", tmp_path / "train.jsonl", tmp_path / "corpus.jsonl"
+    shutil.copytree(tiny_bert_dir, start)
+    train_file.write_text("".join(json.dumps(record) + "\n" for record in RECORDS))
+    corpus_file.write_text("".join(json.dumps({"_id": docid, "title": "", "text": text}) + "\n"
+                                   for docid, text in CORPUS.items()))
+    argv = ["train", "--model", str(start), "--max-length", "32", "--train", str(train_file), "--corpus",
+            str(corpus_file), "--group-size", "2", "--batch-size", "2", "--save-steps", "1", "--device", "cpu",
+            "--output", str(tmp_path / "ce")]
+    main([*argv, "--max-steps", "2"])
+    model = AutoModelForSequenceClassification.from_pretrained(start, num_labels=1)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight.mul_(2.0)
+    model.save_pretrained(start)
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--max-steps", "3", "--resume"])
+    assert refused.value.code == 2 and "--start-weights" in capsys.readouterr().err
