@@ -15,15 +15,19 @@ import dataclasses
 
 from retromae_ir.chain.config import ChainConfig
 
-# the pipeline in order: stage -> the settings (ChainConfig fields, or the run's inputs) that shape it. Fields not
+# the pipeline in order: stage -> the settings (ChainConfig fields, or the run's inputs: a local --model's or
+# --pretrained's weight files by digest as well as by path, since a folder trained again in place keeps its path,
+# and bf16, which the baselines are encoded under too) that shape it. Fields not
 # listed choose which stages run (pretrain, distill, ablation, evaluate_pretrained) or how a step fits in memory
 # (chunk_passages: gradient caching, same loss and gradients), not what a finished stage computed. Stage 1 records
 # the epochs and learning rate it ran with (``stage1_epochs``, ``stage1_lr``), so a stage-2 ``epochs`` or ``lr``
 # reuses a finished stage 1
 PIPELINE: list[tuple[str, tuple[str, ...]]] = [
-    ("baseline", ("dataset", "data_sha256", "corpus_docs", "dev_queries")),
-    ("0-pretrain", ("model", "pretrained", "pretrain_steps", "pretrain_batch", "pretrain_length")),
-    ("0-start", ("model", "bf16", "query_length", "passage_length", "k", "query_k", "sparse_weight")),
+    ("baseline", ("dataset", "data_sha256", "corpus_docs", "dev_queries", "bf16")),
+    ("0-pretrain", ("model", "model_weights", "pretrained", "pretrained_weights", "pretrain_steps", "pretrain_batch",
+                    "pretrain_length")),
+    ("0-start", ("model", "model_weights", "bf16", "query_length", "passage_length", "k", "query_k",
+                 "sparse_weight")),
     ("1-bm25-negatives", ("negatives", "max_rank")),
     ("1-stage1", ("steps", "stage1_epochs", "stage1_lr", "batch", "group_stage1", "warmup_ratio",
                   "sparse_loss_weight", "sparse_temperature", "dense_loss_weight", "attention_dropout")),

@@ -19,7 +19,7 @@ import yaml
 from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import check_settings, stage_settings
 from retromae_ir.data.beir import dataset_digest
-from retromae_ir.io import atomic_write, file_digest
+from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
 
 log = logging.getLogger("retromae_ir.chain")
 MODES = ("dense", "sparse", "hybrid")
@@ -72,7 +72,9 @@ class Chain:
         resumable = {name: entry for name, entry in self.started.items()  # unfinished, with checkpoints to resume
                      if name not in self.results and (output / entry["folder"]).is_dir()}
         self.inputs = {"dataset": folder.name, "data_sha256": dataset_digest(folder), "model": model, "bf16": bf16,
-                       "pretrained": str(pretrained) if pretrained else None}
+                       "pretrained": str(pretrained) if pretrained else None,
+                       "model_weights": as_stored(checkpoint_key(model)) if model else None,
+                       "pretrained_weights": as_stored(checkpoint_key(pretrained)) if pretrained else None}
         check_settings(self.results, config, self.inputs, str(self.results_path))
         check_settings(resumable, config, self.inputs, str(self.started_path), verb="started")
         from retromae_ir.data.splits import carve_dev_split

@@ -7,7 +7,8 @@ import pytest
 from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import ChainSettingsError, check_settings, stage_settings
 
-INPUTS = {"dataset": "scifact", "data_sha256": "d1", "model": None, "bf16": False, "pretrained": None}
+INPUTS = {"dataset": "scifact", "data_sha256": "d1", "model": None, "bf16": False, "pretrained": None,
+          "model_weights": None, "pretrained_weights": None}
 
 
 def test_a_stage_carries_its_own_settings_and_every_earlier_stages():
@@ -19,7 +20,7 @@ def test_a_stage_carries_its_own_settings_and_every_earlier_stages():
     assert stage2 == {**stage1, "negatives": 15, "max_rank": 200, "group": 8, "epochs": 2.0, "lr": 5e-5}
     assert stage_settings(config, "baseline-bm25", INPUTS) == {"pretrain": False, "dataset": "scifact",
                                                                "data_sha256": "d1", "corpus_docs": 0,
-                                                               "dev_queries": 100}
+                                                               "dev_queries": 100, "bf16": False}
     # stages this configuration skips contribute nothing: pre-training, BM25 negatives for an in-batch stage 1
     assert "pretrain_steps" not in stage2 and "pretrain_steps" in stage_settings(
         ChainConfig(pretrain=True), "2-stage2", INPUTS)
@@ -44,6 +45,26 @@ def test_a_changed_setting_is_refused_only_for_stages_it_shaped():
     with pytest.raises(ChainSettingsError, match=r"stage 0-start .*\(model None -> 'other/model'\)"):
         check_settings(results, config, {**INPUTS, "model": "other/model"}, "out/results.json")
 
+
+def test_a_local_start_or_pretraining_trained_again_in_place_is_refused():
+    """A --model or --pretrained folder keeps its path when trained again in place: its weight files' digests key
+    the stages too (the path alone let a re-run report the old stages as the new weights' and exit 0). The
+    baselines are encoded under the chain's bf16, so it keys them as well."""
+    inputs = {**INPUTS, "model": "/m", "model_weights": {"model.safetensors": "a1"}, "pretrained": "/p",
+              "pretrained_weights": {"model.safetensors": "b1"}}
+    config = ChainConfig(pretrain=True)
+    results = {name: {"settings": stage_settings(config, name, inputs)}
+               for name in ("baseline-bm25", "0-pretrain", "1-stage1")}
+    check_settings(results, config, inputs, "out/results.json")
+    with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain .*pretrained_weights .*'b1'.* -> .*'b2'"):
+        check_settings(results, config, {**inputs, "pretrained_weights": {"model.safetensors": "b2"}}, "out")
+    with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain .*model_weights"):
+        check_settings(results, config, {**inputs, "model_weights": {"model.safetensors": "a2"}}, "out")
+    ablation = {"0-start": {"settings": stage_settings(ChainConfig(), "0-start", inputs)}}
+    with pytest.raises(ChainSettingsError, match=r"stage 0-start .*model_weights"):
+        check_settings(ablation, ChainConfig(), {**inputs, "model_weights": {"model.safetensors": "a2"}}, "out")
+    with pytest.raises(ChainSettingsError, match=r"stage baseline-bm25 .*bf16 False -> True"):
+        check_settings(results, config, {**inputs, "bf16": True}, "out")
 
 def test_a_stage_without_recorded_settings_or_an_unknown_entry_is_refused():
     with pytest.raises(ChainSettingsError, match="stage 1-stage1 has no recorded settings"):
