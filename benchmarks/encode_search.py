@@ -415,6 +415,7 @@ def search_benchmark(args) -> dict:
 
     from retromae_ir.data.readers import load_qrels, load_topics
     from retromae_ir.encode import EncoderModel
+    from retromae_ir.encode.manifest import check_queries
     from retromae_ir.evaluate import evaluate_run
     from retromae_ir.search import BruteForceScorer, ExactHybridSearcher
 
@@ -441,6 +442,7 @@ def search_benchmark(args) -> dict:
         run = {qid: dict(h) for qid, h in zip(qids, hits)}
         results["exact"][K] = {"qps": len(qids) / seconds, **agreement([[d for d, _ in h[:10]] for h in hits]),
                                **evaluate_run(run, qrels, ["ndcg@10", "recall@100"])}
+    check_queries(args.queries, args.index)  # Pyserini scores other queries' vectors without a word
     dense = FaissSearcher(str(args.index / "dense"), QueryEncoder.load_encoded_queries(str(args.queries / "dense")))
     sparse = LuceneImpactSearcher(str(args.index / "sparse" / "index"), str(args.queries / "sparse.jsonl"),
                                   min_idf=-1)

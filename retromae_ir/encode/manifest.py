@@ -70,3 +70,15 @@ def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
              if key not in ("name", "description") and built.get(key) != value]
     raise IndexMismatchError(f"{where} was built with card {built.get('name')!r}, not {card.name!r}: "
                              + "; ".join(diffs))
+
+
+def check_queries(queries: str | os.PathLike, index: str | os.PathLike) -> None:
+    """Refuse pre-encoded ``queries`` that another card, or other weights of the same checkpoint, encoded than
+    ``index``'s documents: Pyserini searches whatever vectors it is handed, and scores them without complaint."""
+    encoded, built = read_manifest(queries), read_manifest(index)
+    if encoded["fingerprint"] != built["fingerprint"]:
+        raise IndexMismatchError(f"{queries} was encoded with card {encoded['card'].get('name')!r}, {index} with "
+                                 f"{built['card'].get('name')!r} (another representation): encode the queries again")
+    if encoded.get("weights") and built.get("weights") and encoded["weights"] != built["weights"]:
+        raise IndexMismatchError(f"{queries} and {index} were encoded with other weights of "
+                                 f"{built['card'].get('checkpoint')!r}: encode the queries (or the corpus) again")

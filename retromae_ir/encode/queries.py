@@ -4,7 +4,8 @@
                              plain object-dtype strings, so reading it needs no pyarrow
     DIR/sparse.jsonl         {"id", "contents", "vector": {token: int}} read by LuceneImpactSearcher
                              (``--encoder DIR/sparse.jsonl``), looked up by the query text
-    DIR/manifest.json        the card that encoded them
+    DIR/manifest.json        the card, weight files and precision that encoded them (``check_queries`` holds
+                             them against an index's manifest)
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from retromae_ir.encode.corpus import precision
 from retromae_ir.encode.manifest import MANIFEST, write_manifest
 from retromae_ir.encode.representation import impact_dicts
 from retromae_ir.io import atomic_dir, atomic_write
@@ -36,4 +38,5 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
         with atomic_write(output / "sparse.jsonl") as out:
             for qid, text, vector in zip(qids, texts, impact_dicts(encoded.sparse, model.vocab, model.card.scale)):
                 out.write(json.dumps({"id": qid, "contents": text, "vector": vector}) + "\n")
-    return write_manifest(output, model.card, queries=len(qids))
+    return write_manifest(output, model.card, queries=len(qids), weights=model.card.weight_digests(),
+                          precision=precision(model))

@@ -269,3 +269,40 @@ def test_queries_of_another_card_replace_every_file(sparse_card, dense_card, tmp
     assert main(args + ["--encoder", str(dense_card)]) == 0
     assert not (tmp_path / "q" / "sparse.jsonl").exists()  # no sparse queries of the earlier card beside the new
     assert read_manifest(tmp_path / "q")["card"]["kind"] == "cls-dense"
+
+
+def test_pre_encoded_queries_of_another_card_or_other_weights_are_refused_against_an_index(
+        dense_card, sparse_card, tiny_bert_dir, tmp_path):
+    """The queries' manifest records the weight files and precision; ``check_queries`` (run by the encode
+    benchmark before Pyserini's searchers, which score any vectors handed to them) refuses queries that another
+    card, or the same card over a checkpoint trained again in place, encoded."""
+    import shutil
+
+    import torch
+
+    from retromae_ir.encode.manifest import check_queries
+
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("q1\tcells\nq2\tthe sun\n")
+    corpus = write_corpus(tmp_path / "corpus.jsonl", IDS, TEXTS)
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_bert_dir, checkpoint)
+    card = tmp_path / "card.yaml"
+    card.write_text(dense_card.read_text().replace(str(tiny_bert_dir), str(checkpoint)))
+    assert main(encode_args(card, corpus, tmp_path / "index")) == 0
+    queries = ["queries", "--topics", str(topics), "--device", "cpu", "--dtype", "fp32", "--output"]
+    assert main([*queries, str(tmp_path / "q"), "--encoder", str(card)]) == 0
+    assert read_manifest(tmp_path / "q")["precision"] == "fp32"
+    check_queries(tmp_path / "q", tmp_path / "index")
+    assert main([*queries, str(tmp_path / "other-card"), "--encoder", str(sparse_card)]) == 0
+    with pytest.raises(IndexMismatchError, match="another representation"):
+        check_queries(tmp_path / "other-card", tmp_path / "index")
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(checkpoint)  # trained again in place: same path, other weights
+    with torch.no_grad():
+        model.base_model.embeddings.word_embeddings.weight.mul_(2.0)
+    model.save_pretrained(checkpoint)
+    assert main([*queries, str(tmp_path / "retrained"), "--encoder", str(card)]) == 0
+    with pytest.raises(IndexMismatchError, match="other weights"):
+        check_queries(tmp_path / "retrained", tmp_path / "index")
