@@ -129,3 +129,36 @@ def test_finetuning_killed_after_a_checkpoint_then_resumed_gives_the_uninterrupt
     assert not (interrupted / "card.yaml").exists()
     run(finetune(interrupted, "--resume"))
     assert_same_weights(tmp_path / "straight", interrupted)
+
+
+def test_a_publish_killed_midway_leaves_no_finished_marker(tmp_path, monkeypatch):
+    """The trainer copies its final checkpoint to the output's top file by file. The chain takes config.json or
+    card.yaml there as "stage done", so those go last, and an earlier publish's are removed first: a kill after
+    the first file leaves neither (the stage runs again) rather than new weights beside old ones."""
+    from retromae_ir.training import trainer
+
+    checkpoint, output = tmp_path / "checkpoint-3", tmp_path / "out"
+    checkpoint.mkdir()
+    output.mkdir()
+    for name in ("card.yaml", "config.json", "model.safetensors", "projection.safetensors", "tokenizer.json"):
+        (checkpoint / name).write_text(f"new {name}")
+        (output / name).write_text(f"old {name}")
+    copied = []
+    real = trainer.atomic_write
+
+    def killed_after_one(path, *args, **kwargs):
+        if copied:
+            raise KeyboardInterrupt("killed")
+        copied.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "atomic_write", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        trainer._publish(checkpoint, output)
+    assert copied == ["model.safetensors"]
+    assert not (output / "config.json").exists() and not (output / "card.yaml").exists()
+    monkeypatch.setattr(trainer, "atomic_write", real)
+    trainer._publish(checkpoint, output)
+    assert {path.name: path.read_text() for path in output.iterdir()} == {
+        name: f"new {name}" for name in ("card.yaml", "config.json", "model.safetensors", "projection.safetensors",
+                                          "tokenizer.json")}

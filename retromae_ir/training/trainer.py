@@ -460,9 +460,17 @@ def plot_loss_curves(history: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+PUBLISHED_LAST = ("card.yaml", "config.json")  # what marks a finished output: the chain's done files, loaders' entry
+
+
 def _publish(checkpoint: Path, output: Path) -> None:
-    """Copy a checkpoint's files to the top of ``output``, each by an atomic rename."""
-    for item in checkpoint.iterdir():
+    """Copy a checkpoint's files to the top of ``output``, each by an atomic rename. The files that mark a finished
+    output (``PUBLISHED_LAST``) are taken down first and put back last, so a kill midway never leaves an output
+    marked finished over missing files or a mix of two checkpoints' (a missing ``projection.safetensors`` would
+    load as the identity)."""
+    for name in PUBLISHED_LAST:
+        (output / name).unlink(missing_ok=True)
+    for item in sorted(checkpoint.iterdir(), key=lambda item: (item.name in PUBLISHED_LAST, item.name)):
         target = output / item.name
         if item.is_dir():
             with atomic_dir(target) as tmp:
