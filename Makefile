@@ -16,11 +16,19 @@ export RETROMAE_IR_TOPICS ?= $(SHARED_DATA)/topics-and-qrels
 export RETROMAE_IR_STS ?= $(SHARED_DATA)/sts
 endif
 
-.PHONY: setup test bm25 chain clean-venv
+.PHONY: setup test bm25 chain clean-venv FORCE
 
 setup: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml Makefile
+# what was asked for (torch spec, extras): rewritten only when it changes, so `make setup EXTRAS=test,anchor,gpu`
+# after a default set-up installs the gpu extra instead of finding the stamp newer than its inputs and doing nothing
+SPEC      := $(VENV)/.spec
+SPEC_TEXT := $(TORCH_SPEC) [$(EXTRAS)]
+$(SPEC): FORCE
+	@mkdir -p $(VENV)
+	@echo '$(SPEC_TEXT)' | cmp -s - $@ || echo '$(SPEC_TEXT)' > $@
+
+$(STAMP): setup.cfg pyproject.toml Makefile $(SPEC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first and pinned, so nothing pulls the CUDA build from the registry
