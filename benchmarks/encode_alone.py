@@ -8,6 +8,7 @@ grown the heap; here an encoder pays its own page faults, as it does in the CLI.
 
     .venv/bin/python benchmarks/encode_alone.py --encoder dupmae-minilm --compile
     .venv/bin/python benchmarks/encode_alone.py --encoder minilm-cls --compile
+    .venv/bin/python benchmarks/encode_alone.py --encoder minilm-cls --compile openvino
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from retromae_ir.cli import add_compile_argument
+
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir" / "scifact" / "corpus.jsonl"
 
 
@@ -31,7 +34,7 @@ def main(argv=None) -> int:
     parser.add_argument("--slice", type=int, default=500, help="documents per slice")
     parser.add_argument("--slices", type=int, default=3, help="fresh slices, before the first is encoded again")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--compile", action="store_true", help="EncoderModel.compile_frozen")
+    add_compile_argument(parser)  # EncoderModel.compile_backbone
     args = parser.parse_args(argv)
     if args.slice < 1 or args.slices < 1:
         parser.error("--slice and --slices must be at least 1")
@@ -45,7 +48,7 @@ def main(argv=None) -> int:
     texts = [f"{row['title']} {row['text']}" for row in map(json.loads, args.corpus.open())]
     model = EncoderModel.from_card(args.encoder, device="cpu", bf16=False)
     if args.compile:
-        model.compile_frozen()
+        model.compile_backbone(args.compile)
     warm = texts[-64:]  # compilation and the first batch, on documents no slice holds
     model.encode_passage(warm)
     slices = [(i * args.slice, (i + 1) * args.slice) for i in range(args.slices)] + [(0, args.slice)]
@@ -61,7 +64,7 @@ def main(argv=None) -> int:
                      "user_s": after.ru_utime - before.ru_utime, "system_s": after.ru_stime - before.ru_stime,
                      "minor_page_faults": after.ru_minflt - before.ru_minflt})
         print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{args.encoder}{' --compile' if args.compile else ''}, fp32, {args.threads} threads; fp32 ceiling "
+    print(f"\n{args.encoder}{' --compile ' + args.compile if args.compile else ''}, fp32, {args.threads} threads; fp32 ceiling "
           f"{ceiling:.1f} GFLOP/s")
     print("| documents | shapes | docs/s | of the ceiling | user s | system s | minor page faults |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -86,13 +86,29 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
         if torch.device(device).type == "cpu":  # the route --compile's linear layers take (FrozenCompiled)
             from retromae_ir.encode.base import FrozenCompiled
 
-            packed = FrozenCompiled(torch.nn.Linear(size, size).to(DTYPES[name]).eval())
+            linear = torch.nn.Linear(size, size).to(DTYPES[name]).eval()
+            packed = FrozenCompiled(linear)
             rows = a[: size // 2]  # a batch of another size than the weight's: no duck-sized static shape
             with torch.no_grad():
                 out[name]["oneDNN (frozen torch.compile Linear)"] = gflops(lambda: packed(rows), size ** 3, device,
                                                                             seconds)
+            out[name]["OpenVINO Linear"] = gflops(openvino_linear(linear, rows), size ** 3, device, seconds)
         del a, b
     return out
+
+
+def openvino_linear(linear: torch.nn.Linear, rows: torch.Tensor):
+    """A call of ``linear`` on ``rows`` through OpenVINO's CPU plugin (``--compile openvino``'s route), in the
+    precision of ``rows``, on torch's thread count."""
+    import openvino as ov
+
+    precision = "bf16" if rows.dtype == torch.bfloat16 else "f32"
+    graph = ov.convert_model(linear.float(), example_input=rows.float())
+    request = ov.Core().compile_model(graph, "CPU", {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1,
+                                                     "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+                                                     "PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
+    x = rows.float().numpy()
+    return lambda: request.infer({0: x}, share_inputs=True)
 
 
 def gflops(product, flops: int, device: str, seconds: float) -> float:
@@ -209,6 +225,8 @@ OURS_DUPMAE_INT8 = "retromae_ir dupmae-minilm int8 (dense + sparse)"
 OURS_DUPMAE_NAIVE = "retromae_ir dupmae-minilm (dense + sparse), naive OT max-pool"
 OURS_DENSE_COMPILED = "retromae_ir minilm-cls --compile (dense)"
 OURS_DUPMAE_COMPILED = "retromae_ir dupmae-minilm --compile (dense + sparse)"
+OURS_DENSE_OPENVINO = "retromae_ir minilm-cls --compile openvino (dense)"
+OURS_DUPMAE_OPENVINO = "retromae_ir dupmae-minilm --compile openvino (dense + sparse)"
 
 
 def encode_benchmark(args) -> dict:
@@ -282,15 +300,17 @@ def encode_benchmark(args) -> dict:
     if int8:
         systems.update({OURS_DENSE_INT8: (ours_run(int8["minilm-cls"]), None),
                         OURS_DUPMAE_INT8: (ours_run(int8["dupmae-minilm"]), "ordinary")})
-    compiled = {name: EncoderModel.from_card(name, device=device, bf16=dtype == "bf16").compile_frozen()
-                for name in ours}
+    backends = {"inductor": (OURS_DENSE_COMPILED, OURS_DUPMAE_COMPILED)}
+    if torch.device(device).type == "cpu":  # OpenVINO's CPU plugin
+        backends["openvino"] = (OURS_DENSE_OPENVINO, OURS_DUPMAE_OPENVINO)
     compile_s = {}
-    for name, model in compiled.items():  # compilation is paid once, before the clock (reported apart)
-        start = clock(device)
-        model.encode_passage(texts[:64], 64)
-        compile_s[name] = clock(device) - start
-    systems.update({OURS_DENSE_COMPILED: (ours_run(compiled["minilm-cls"]), None),
-                    OURS_DUPMAE_COMPILED: (ours_run(compiled["dupmae-minilm"]), "ordinary")})
+    for backend, rows in backends.items():
+        for name, system in zip(ours, rows):
+            start = clock(device)  # compilation is paid once, before the clock (reported apart)
+            model = EncoderModel.from_card(name, device=device, bf16=dtype == "bf16").compile_backbone(backend)
+            model.encode_passage(texts[:64], 64)
+            compile_s[f"{name} --compile {backend}"] = clock(device) - start
+            systems[system] = (ours_run(model), "ordinary" if hasattr(model, "lm_head") else None)
     splade_model_only = PYSERINI_SPLADE.replace("(sparse)", "(sparse, without its dict output)")
     best = {name: float("inf") for name in [*systems, splade_model_only]}
     label = f"[{device} {dtype}]"
@@ -352,6 +372,12 @@ def encode_benchmark(args) -> dict:
         "ours dense --compile vs eager": best[OURS_DENSE] / best[OURS_DENSE_COMPILED],
         "ours DupMAE --compile vs eager": best[OURS_DUPMAE] / best[OURS_DUPMAE_COMPILED],
         "ours DupMAE --compile vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_COMPILED]}
+    if OURS_DUPMAE_OPENVINO in best:
+        results["ratios"].update({
+            "ours dense --compile openvino vs --compile": best[OURS_DENSE_COMPILED] / best[OURS_DENSE_OPENVINO],
+            "ours DupMAE --compile openvino vs --compile": best[OURS_DUPMAE_COMPILED] / best[OURS_DUPMAE_OPENVINO],
+            "ours DupMAE --compile openvino vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE_OPENVINO],
+            "ours DupMAE --compile openvino vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_OPENVINO]})
     if int8:
         results["ratios"].update({
             "ours DupMAE int8 vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_INT8],

@@ -58,3 +58,18 @@ def dataclass_parser(dataclass_types: Iterable[type], prog: str, **kwargs):
         if dashed:  # the underscore spellings stay in parser._option_string_actions, so they still parse
             action.option_strings = dashed
     return parser
+
+
+COMPILE_BACKENDS = ("inductor", "openvino")  # EncoderModel.compile_backbone's
+
+
+def add_compile_argument(parser: argparse.ArgumentParser, context: str = "") -> None:
+    """``--compile [inductor|openvino]`` (bare ``--compile``: inductor), the same flag on every command that
+    encodes (``encode``, the BEIR/TREC drivers)."""
+    parser.add_argument("--compile", nargs="?", const="inductor", default=None, choices=COMPILE_BACKENDS,
+                        metavar="{inductor,openvino}",
+                        help=f"{context}compile the transformer for inference. inductor (the default of a bare "
+                             f"--compile): torch.compile with its weights frozen (oneDNN kernels on a CPU), 15-30 s "
+                             f"of compilation at the start, any device. openvino: OpenVINO's CPU plugin, CPU only, "
+                             f"faster still for the dense pass. Vectors equal fp32's to about 1e-6; not with "
+                             f"--dtype int8; speed in docs/encoders.md")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import add_compile_argument, add_debug_flag, command
 from retromae_ir.io import claim_output, make_dir
 from retromae_ir.logs import FORMAT as LOG_FORMAT
 
@@ -29,10 +29,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "quality of each against fp32 in docs/encoders.md)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the transformer with its weights frozen (oneDNN kernels on a CPU): "
-                             "faster on a large corpus (measured in docs/encoders.md), 15-30 s of compilation at "
-                             "the start; vectors equal fp32's to about 1e-6; not with --dtype int8")
+    add_compile_argument(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +69,7 @@ def _model(args):
     model = EncoderModel.from_card(args.encoder, device=args.device, bf16=bf16)
     if args.dtype == "int8":
         model.quantize_int8()
-    return model.compile_frozen() if args.compile else model
+    return model.compile_backbone(args.compile) if args.compile else model
 
 
 def _vocab(card) -> list[str]:
@@ -176,7 +173,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "compile", False) and args.dtype == "int8":
-        parser.error("--compile and --dtype int8 do not combine (int8's quantised layers are not inductor's)")
+        parser.error("--compile and --dtype int8 do not combine (int8's quantised layers are neither inductor's "
+                     "nor OpenVINO's)")
     if args.command == "corpus":
         args.shard_id, args.shard_num = _shard(args)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)

@@ -17,6 +17,7 @@ import scipy.sparse
 import torch
 from tqdm import tqdm
 
+from retromae_ir.cli import COMPILE_BACKENDS
 from retromae_ir.encode.batching import length_batches, token_budget
 from retromae_ir.encode.cards import CardError, EncoderCard, load_card
 from retromae_ir.encode.representation import dense_representation
@@ -60,7 +61,15 @@ def load_projection(checkpoint: str, hidden_size: int, dims: int) -> torch.nn.Li
     return layer
 
 
-class FrozenCompiled(torch.nn.Module):
+class CompiledBackbone(torch.nn.Module):
+    """A compiled stand-in for the transformer, called like it; ``module`` is the original (its ``config``)."""
+
+    @property
+    def module(self) -> torch.nn.Module:
+        raise NotImplementedError
+
+
+class FrozenCompiled(CompiledBackbone):
     """``torch.compile(module, dynamic=True)`` whose compilations run with inductor's ``freezing`` on.
 
     Freezing turns the weights into constants, which lets inductor pre-pack each linear layer's weight; with a
@@ -95,7 +104,7 @@ class EncoderModel(torch.nn.Module):
         self.projection = projection
         self.bf16 = False
         self.int8 = False
-        self.compiled = False
+        self.compiled: str | None = None  # the compile backend (COMPILE_BACKENDS) the transformer runs under
         self.batch_tokens: int | None | str = "auto"  # the token cap per forward pass: see max_batch_tokens
         self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
 
@@ -122,8 +131,8 @@ class EncoderModel(torch.nn.Module):
         if self.device.type != "cpu":
             raise ValueError(f"int8 dynamic quantisation runs on the CPU only, not {self.device}; use bf16 there")
         if self.compiled:
-            raise ValueError("int8 and compile_frozen do not combine: int8's quantised linear layers are not "
-                             "inductor's; choose one")
+            raise ValueError(f"int8 and --compile {self.compiled} do not combine: int8's quantised linear layers "
+                             f"are neither inductor's nor OpenVINO's; choose one")
         from torch.ao.quantization import quantize_dynamic
 
         with warnings.catch_warnings():  # torch 2.13 marks eager-mode quantisation deprecated (moving to torchao)
@@ -134,27 +143,47 @@ class EncoderModel(torch.nn.Module):
         self.bf16 = False  # int8 replaces bf16: the quantised kernels take fp32 activations, not autocast's bf16
         return self
 
-    def compile_frozen(self) -> "EncoderModel":
-        """``torch.compile`` the transformer in place: inductor, dynamic shapes, the weights frozen into the graph
-        (``freezing``), so that on a CPU its linear layers run as oneDNN kernels over pre-packed weights instead
-        of MKL's (on AMD's AVX-512 EPYC twice the GFLOP/s; speed in docs/encoders.md); a subclass packs what
-        runs outside the graph too (:meth:`_pack_outside_backbone`). Inference only: frozen weights are copied,
-        so training them afterwards would not change the outputs. The first batch pays the compilation (10-15 s
-        for MiniLM; a C++ compiler is needed on a CPU)."""
+    def compile_backbone(self, backend: str = "inductor") -> "EncoderModel":
+        """Replace the transformer, in place, by a compiled one (``COMPILE_BACKENDS``), and let a subclass pack
+        what runs outside it (:meth:`_pack_outside_backbone`). Inference only: both copy the weights, so training
+        them afterwards would not change the outputs.
+
+        * ``inductor`` (:class:`FrozenCompiled`): ``torch.compile``, dynamic shapes, the weights frozen into the
+          graph, so that on a CPU the linear layers run as oneDNN kernels over pre-packed weights instead of MKL's
+          (on AMD's AVX-512 EPYC twice the GFLOP/s). The first batch pays the compilation (10-15 s for MiniLM; a
+          C++ compiler is needed on a CPU). Any device.
+        * ``openvino`` (:class:`~retromae_ir.encode.openvino_backbone.OpenVINOBackbone`): OpenVINO's CPU plugin,
+          a few seconds of conversion here; CPU only. Faster than inductor for the dense pass (docs/encoders.md).
+        """
+        if backend not in COMPILE_BACKENDS:
+            raise ValueError(f"unknown compile backend {backend!r}: choose one of {', '.join(COMPILE_BACKENDS)}")
         if self.int8:
-            raise ValueError("compile_frozen and int8 do not combine: int8's quantised linear layers are not "
-                             "inductor's; choose one")
+            raise ValueError(f"int8 and --compile {backend} do not combine: int8's quantised linear layers are "
+                             f"neither inductor's nor OpenVINO's; choose one")
+        if backend == "openvino" and self.device.type != "cpu":
+            raise ValueError(f"--compile openvino runs on the CPU, not {self.device}; use --compile inductor there")
         owner, name = self._backbone()
-        setattr(owner, name, FrozenCompiled(getattr(owner, name)))
+        setattr(owner, name, self._compiled(backend, getattr(owner, name)))
         self._pack_outside_backbone()
-        self.compiled = True
+        self.compiled = backend
         return self
+
+    def _compiled(self, backend: str, transformer: torch.nn.Module) -> CompiledBackbone:
+        if backend == "openvino":
+            from retromae_ir.encode.openvino_backbone import OpenVINOBackbone
+
+            return OpenVINOBackbone(transformer, torch.get_num_threads(), self.bf16)
+        return FrozenCompiled(transformer)
+
+    def compile_frozen(self) -> "EncoderModel":
+        """:meth:`compile_backbone` with inductor (``--compile``)."""
+        return self.compile_backbone("inductor")
 
     def _pack_outside_backbone(self) -> None:
         """Pre-pack layers that run outside the compiled transformer (none here)."""
 
     def _backbone(self) -> tuple[torch.nn.Module, str]:
-        """(owner, attribute name) of the transformer encoder, the module :meth:`compile_frozen` replaces."""
+        """(owner, attribute name) of the transformer encoder, the module :meth:`compile_backbone` replaces."""
         raise NotImplementedError
 
     @classmethod
@@ -179,10 +208,10 @@ class EncoderModel(torch.nn.Module):
 
     @property
     def backbone_config(self):
-        """The transformer's ``config``, whether or not :meth:`compile_frozen` has wrapped it."""
+        """The transformer's ``config``, whether or not :meth:`compile_backbone` has replaced it."""
         owner, name = self._backbone()
         backbone = getattr(owner, name)
-        return (backbone.module if isinstance(backbone, FrozenCompiled) else backbone).config
+        return (backbone.module if isinstance(backbone, CompiledBackbone) else backbone).config
 
     @property
     def max_batch_tokens(self) -> int | None:

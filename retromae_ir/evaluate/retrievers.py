@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from retromae_ir.bm25 import BM25Params, BM25Retriever
+from retromae_ir.cli import add_compile_argument
 from retromae_ir.io import claim_output
 from retromae_ir.logs import setup_logging
 
@@ -30,9 +31,7 @@ def add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
                         help="encoding precision (--encoder): bf16 autocast or fp32; auto = bf16 where the hardware "
                              "runs it natively (retromae_ir/hardware.py), as `encode corpus --dtype auto`")
-    parser.add_argument("--compile", action="store_true",
-                        help="with --encoder: torch.compile the encoder with frozen weights, as `encode corpus "
-                             "--compile` (about 2x faster fp32 encoding on AVX-512 CPUs, docs/encoders.md)")
+    add_compile_argument(parser, "with --encoder, as `encode corpus --compile`: ")
 
 
 def check_retriever_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -48,7 +47,7 @@ def make_retriever(args: argparse.Namespace):
 
         return EncoderRetriever(args.encoder, args.search, args.index_dir, batch_size=args.batch_size,
                                 threads=args.threads, bf16=None if args.dtype == "auto" else args.dtype == "bf16",
-                                compile_frozen=args.compile)
+                                compile_backend=args.compile)
     return BM25Retriever(args.index_dir / "bm25", BM25Params(args.k1, args.b), args.threads)
 
 

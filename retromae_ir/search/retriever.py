@@ -29,7 +29,8 @@ class EncoderRetriever:
 
     def __init__(self, card, mode: str | None = None, index_root: Path = Path("indexes"), hits: int = 1000,
                  batch_size: int = 64, threads: int = 2, bf16: bool | None = None, int8: bool = False,
-                 lucene: bool = True, device: str | None = None, candidates: int = 1000, compile_frozen: bool = False):
+                 lucene: bool = True, device: str | None = None, candidates: int = 1000,
+                 compile_backend: str | None = None):
         self.card = load_card(card)
         self.mode = mode or default_mode(self.card)
         if self.mode != "dense" and not self.card.sparse:
@@ -40,7 +41,7 @@ class EncoderRetriever:
         self.lucene = lucene  # False: no Lucene impact index (a host without Java); the exact searcher needs none
         self.device = device  # None: cuda when available (int8 needs "cpu")
         self.candidates = candidates  # K': each side's top K' nominate the candidates scored exactly
-        self.compile_frozen = compile_frozen  # the same vectors to about 1e-6, so not part of any key
+        self.compile_backend = compile_backend  # the same vectors to about 1e-6, so not part of any key
         self.checked: dict[Path, str] = {}  # index folder -> its manifest as verified under the folder's lock
 
     @cached_property
@@ -50,7 +51,7 @@ class EncoderRetriever:
         model = EncoderModel.from_card(self.card, device=self.device, bf16=self.bf16)
         if self.int8:
             model.quantize_int8()
-        return model.compile_frozen() if self.compile_frozen else model
+        return model.compile_backbone(self.compile_backend) if self.compile_backend else model
 
     def source_digests(self, corpus: Path) -> dict[str, str]:
         """What an index is built from: the corpus bytes and, for a local checkpoint, its weight files (a card

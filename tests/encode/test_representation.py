@@ -167,13 +167,40 @@ def test_compiled_backbone_gives_the_eager_vectors(tiny_card, tiny_model):
         np.testing.assert_allclose(compiled.sparse.data, eager.sparse.data, rtol=1e-5)
         texts = texts[:2]
         eager = tiny_model.encode_passage(texts)
-    with pytest.raises(ValueError, match="int8 and compile_frozen do not combine"):
+    with pytest.raises(ValueError, match="int8 and --compile inductor do not combine"):
         model.quantize_int8()
     # the linear layers' weights are frozen into the graph, pre-packed: changing one no longer matters
     with torch.no_grad():
         model.mlm.bert.compiled.encoder.layer[0].intermediate.dense.weight.mul_(2.0)
     np.testing.assert_allclose(model.encode_passage(texts).dense, eager.dense, atol=1e-5)
 
+
+def test_openvino_backbone_gives_the_eager_vectors(tiny_card, tiny_model, tiny_bert_dir, tmp_path):
+    """--compile openvino: the transformer converted to OpenVINO (dynamic batch and length, padded batches), the OT
+    head still PyTorch's; vectors and top-k terms equal eager fp32's, for DupMAE and a dense card."""
+    from retromae_ir.encode.openvino_backbone import OpenVINOBackbone
+
+    texts = TEXTS[:2] + TEXTS[3:]
+    model = EncoderModel.from_card(tiny_card, device="cpu").compile_backbone("openvino")
+    assert model.compiled == "openvino" and isinstance(model.mlm.bert, OpenVINOBackbone)
+    assert model.backbone_config.hidden_size == tiny_model.backbone_config.hidden_size
+    for batch in (texts, texts[:2], texts[2:3]):  # other batch sizes and lengths than the conversion's example
+        eager, converted = tiny_model.encode_passage(batch), model.encode_passage(batch, batch_size=2)
+        np.testing.assert_allclose(converted.dense, eager.dense, atol=1e-5)
+        np.testing.assert_array_equal(converted.sparse.indptr, eager.sparse.indptr)
+        np.testing.assert_array_equal(converted.sparse.indices, eager.sparse.indices)
+        np.testing.assert_allclose(converted.sparse.data, eager.sparse.data, rtol=1e-5)
+    with pytest.raises(ValueError, match="int8 and --compile openvino do not combine"):
+        model.quantize_int8()
+    card = tmp_path / "dense.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
+    eager = EncoderModel.from_card(card, device="cpu").encode_passage(texts)
+    converted = EncoderModel.from_card(card, device="cpu").compile_backbone("openvino").encode_passage(texts)
+    np.testing.assert_allclose(converted.dense, eager.dense, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown compile backend 'tvm'"):
+        EncoderModel.from_card(card, device="cpu").compile_backbone("tvm")
+    with pytest.raises(ValueError, match="runs on the CPU, not meta"):
+        EncoderModel.from_card(card, device="meta").compile_backbone("openvino")
 
 def test_the_cli_refuses_compile_with_int8(capsys):
     from retromae_ir.encode.__main__ import main

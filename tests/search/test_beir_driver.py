@@ -83,3 +83,9 @@ def test_compile_reaches_the_retrievers_model(tiny_bert_dir, tmp_path):
     texts = ["a short text", "another text, somewhat longer than the first one"]
     np.testing.assert_allclose(compiled.model.encode_passage(texts).dense, eager.model.encode_passage(texts).dense,
                                atol=1e-5)
+    from retromae_ir.encode.openvino_backbone import OpenVINOBackbone
+
+    openvino = make_retriever(parser.parse_args(["--encoder", str(card), "--compile", "openvino", "--dtype", "fp32"]))
+    assert isinstance(openvino.model.backbone, OpenVINOBackbone)
+    np.testing.assert_allclose(openvino.model.encode_passage(texts).dense, eager.model.encode_passage(texts).dense,
+                               atol=1e-5)
