@@ -3,13 +3,18 @@
     .venv/bin/python benchmarks/profile_encode.py                              # minilm-cls, eager
     .venv/bin/python benchmarks/profile_encode.py --compile                    # compile_frozen
     .venv/bin/python benchmarks/profile_encode.py --compile --attention eager  # bmm + softmax attention, compiled
+    .venv/bin/python benchmarks/profile_encode.py --compile openvino           # OpenVINO's own node times too
 
 The first ``--docs`` scifact documents are encoded once untimed (compilation, warm-up), then once under the
-profiler; prints the ops by self CPU time, and each op's share.
+profiler; prints the ops by self CPU time, and each op's share. Under ``--compile openvino`` the transformer is
+one opaque call to torch's profiler, so OpenVINO's per-node times (``PERF_COUNT``) are summed too: by node type
+and kernel, the fused attention's GFLOP/s, and the first layer's linear layers by name, with GFLOP/s over the
+padded tokens they ran on.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 from pathlib import Path
 
@@ -40,9 +45,14 @@ def main(argv=None) -> int:
     model = EncoderModel.from_card(args.encoder, device="cpu", bf16=False)
     owner, name = model._backbone()
     getattr(owner, name).set_attn_implementation(args.attention)
-    if args.compile:
+    nodes = None
+    if args.compile == "openvino":
+        model.compile_backbone("openvino", properties={"PERF_COUNT": True})
+    elif args.compile:
         model.compile_backbone(args.compile)
     model.encode_passage(texts)  # untimed: compilation, allocator warm-up
+    if args.compile == "openvino":
+        nodes = openvino_node_times(getattr(owner, name))
     with profile(activities=[ProfilerActivity.CPU]) as profiled:
         model.encode_passage(texts)
     ids = model.tokenizer(texts, truncation=True, max_length=model.card.max_passage_length)["input_ids"]
@@ -50,7 +60,51 @@ def main(argv=None) -> int:
     print(f"{args.encoder}, {args.docs} documents ({tokens} tokens), fp32, {args.threads} threads, attention "
           f"{args.attention}{', --compile ' + args.compile if args.compile else ''}")
     print(profiled.key_averages().table(sort_by="self_cpu_time_total", row_limit=10))
+    if nodes is not None:
+        print_openvino_nodes(nodes, model.backbone_config)
     return 0
+
+
+def openvino_node_times(backbone) -> dict:
+    """From now on, sum OpenVINO's per-node times (and the padded tokens) over every call of ``backbone``."""
+    nodes = {"types": collections.Counter(), "layer 0": collections.Counter(), "kernels": {}, "padded_tokens": 0,
+             "attention_pairs": 0}
+    forward = backbone.forward
+
+    def counted(input_ids, attention_mask, **kwargs):
+        out = forward(input_ids, attention_mask, **kwargs)
+        nodes["padded_tokens"] += input_ids.numel()
+        nodes["attention_pairs"] += input_ids.shape[0] * input_ids.shape[1] ** 2  # (query, key) pairs a head
+        for node in backbone.request.profiling_info:
+            seconds = node.real_time.total_seconds()
+            nodes["types"][(node.node_type, node.exec_type)] += seconds
+            if node.node_type == "FullyConnected" and ".layer.0." in node.node_name:
+                nodes["layer 0"][node.node_name] += seconds
+                nodes["kernels"][node.node_name] = node.exec_type
+        return out
+
+    backbone.forward = counted
+    return nodes
+
+
+def print_openvino_nodes(nodes: dict, config) -> None:
+    total = sum(nodes["types"].values())
+    print(f"\nOpenVINO nodes ({total:.3f} s in all, {nodes['padded_tokens']} padded tokens)")
+    print("| node type | kernel | s | share |\n| --- | --- | --- | --- |")
+    for (kind, kernel), seconds in nodes["types"].most_common(8):
+        print(f"| {kind} | {kernel} | {seconds:.3f} | {seconds / total:.1%} |")
+    d, f = config.hidden_size, config.intermediate_size
+    attention = sum(seconds for (kind, _), seconds in nodes["types"].items() if kind == "Subgraph")
+    flops = 4 * nodes["attention_pairs"] * d * config.num_hidden_layers  # QK^T and AV over every head
+    print(f"\nthe fused attention (ScaledDotProductAttention, a Subgraph node): {flops / attention / 1e9:.0f} GFLOP/s "
+          f"over the padded batches")
+    print("\n| layer 0 linear | kernel | s | GFLOP/s |\n| --- | --- | --- | --- |")
+    for node, seconds in nodes["layer 0"].items():
+        width = (d, f) if "intermediate" in node else (f, d) if ".output.dense" in node and "attention" not in node \
+            else (d, d)
+        flops = 2 * nodes["padded_tokens"] * width[0] * width[1]
+        print(f"| {node.split('layer.0.')[1].split('/')[0]} | {nodes['kernels'][node]} | {seconds:.3f} | "
+              f"{flops / seconds / 1e9:.0f} |")
 
 
 if __name__ == "__main__":

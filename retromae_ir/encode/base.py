@@ -143,7 +143,7 @@ class EncoderModel(torch.nn.Module):
         self.bf16 = False  # int8 replaces bf16: the quantised kernels take fp32 activations, not autocast's bf16
         return self
 
-    def compile_backbone(self, backend: str = "inductor") -> "EncoderModel":
+    def compile_backbone(self, backend: str = "inductor", **options) -> "EncoderModel":
         """Replace the transformer, in place, by a compiled one (``COMPILE_BACKENDS``), and let a subclass pack
         what runs outside it (:meth:`_pack_outside_backbone`). Inference only: both copy the weights, so training
         them afterwards would not change the outputs.
@@ -154,6 +154,8 @@ class EncoderModel(torch.nn.Module):
           C++ compiler is needed on a CPU). Any device.
         * ``openvino`` (:class:`~retromae_ir.encode.openvino_backbone.OpenVINOBackbone`): OpenVINO's CPU plugin,
           a few seconds of conversion here; CPU only. Faster than inductor for the dense pass (docs/encoders.md).
+
+        ``options`` go to the backend's class (OpenVINO's ``properties``, e.g. ``{"PERF_COUNT": True}``).
         """
         if backend not in COMPILE_BACKENDS:
             raise ValueError(f"unknown compile backend {backend!r}: choose one of {', '.join(COMPILE_BACKENDS)}")
@@ -163,17 +165,17 @@ class EncoderModel(torch.nn.Module):
         if backend == "openvino" and self.device.type != "cpu":
             raise ValueError(f"--compile openvino runs on the CPU, not {self.device}; use --compile inductor there")
         owner, name = self._backbone()
-        setattr(owner, name, self._compiled(backend, getattr(owner, name)))
+        setattr(owner, name, self._compiled(backend, getattr(owner, name), options))
         self._pack_outside_backbone()
         self.compiled = backend
         return self
 
-    def _compiled(self, backend: str, transformer: torch.nn.Module) -> CompiledBackbone:
+    def _compiled(self, backend: str, transformer: torch.nn.Module, options: dict) -> CompiledBackbone:
         if backend == "openvino":
             from retromae_ir.encode.openvino_backbone import OpenVINOBackbone
 
-            return OpenVINOBackbone(transformer, torch.get_num_threads(), self.bf16)
-        return FrozenCompiled(transformer)
+            return OpenVINOBackbone(transformer, torch.get_num_threads(), self.bf16, **options)
+        return FrozenCompiled(transformer, **options)
 
     def compile_frozen(self) -> "EncoderModel":
         """:meth:`compile_backbone` with inductor (``--compile``)."""

@@ -30,9 +30,11 @@ class OpenVINOBackbone(CompiledBackbone):
     """``module`` converted to OpenVINO and compiled for the CPU, called like it (``input_ids``,
     ``attention_mask`` -> ``.last_hidden_state``). ``threads``: OpenVINO's inference threads (torch's count);
     ``bf16``: its inference precision (bf16 where the encoder runs bf16 autocast, else fp32, so the vectors are
-    fp32's to rounding). Inference only: the weights are copied into the compiled graph."""
+    fp32's to rounding); ``properties``: more of the CPU plugin's (``{"PERF_COUNT": True}`` for per-node times in
+    ``request.profiling_info``, as ``benchmarks/profile_encode.py`` reads them). Inference only: the weights are
+    copied into the compiled graph."""
 
-    def __init__(self, module: torch.nn.Module, threads: int, bf16: bool = False):
+    def __init__(self, module: torch.nn.Module, threads: int, bf16: bool = False, properties: dict | None = None):
         super().__init__()
         try:
             import openvino as ov
@@ -48,7 +50,7 @@ class OpenVINOBackbone(CompiledBackbone):
             graph = ov.convert_model(_LastHiddenState(module).eval(), example_input=example,
                                      input=[("input_ids", shape, ov.Type.i64), ("attention_mask", shape, ov.Type.i64)])
         config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32", "INFERENCE_NUM_THREADS": threads,
-                  "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+                  "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, **(properties or {})}
         self.request = ov.Core().compile_model(graph, "CPU", config).create_infer_request()
 
     @property

@@ -4,7 +4,7 @@ and minilm-cls, 500 scifact documents, 2 threads.
     .venv/bin/python runs/encode-openvino/agreement.py > runs/encode-openvino/agreement.jsonl
 
 Prints one JSON line per comparison: smallest dense cosine, largest dense and OT weight differences, the share of
-documents whose top-k OT term sets are identical."""
+documents whose top-k OT term sets are identical, and for each other document the terms where they differ."""
 import json
 from pathlib import Path
 
@@ -12,6 +12,15 @@ import numpy as np
 import torch
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared/data/beir/scifact/corpus.jsonl"  # ../shared beside the checkout
+
+
+def differing(a, b, doc: int) -> dict:
+    """Where two top-k rows disagree: the terms only one side kept, with their weights, and each side's smallest
+    kept weight (a tie at the k-th place shows as equal weights)."""
+    wa, wb = dict(zip(a.indices.tolist(), a.data.tolist())), dict(zip(b.indices.tolist(), b.data.tolist()))
+    return {"doc": doc, "only_eager": {t: wa[t] for t in wa.keys() - wb.keys()},
+            "only_other": {t: wb[t] for t in wb.keys() - wa.keys()},
+            "kth_weight_eager": min(wa.values()), "kth_weight_other": min(wb.values())}
 
 
 def main():
@@ -30,7 +39,9 @@ def main():
             if eager.sparse is not None:
                 same = [set(eager.sparse[i].indices) == set(b.sparse[i].indices) for i in range(len(texts))]
                 row.update(identical_topk_sets=float(np.mean(same)),
-                           sparse_max_abs_diff=float(abs(eager.sparse - b.sparse).max()))
+                           sparse_max_abs_diff=float(abs(eager.sparse - b.sparse).max()),
+                           differing=[differing(eager.sparse[i], b.sparse[i], i) for i in range(len(texts))
+                                      if not same[i]])
             print(json.dumps(row), flush=True)
 
 
