@@ -64,7 +64,8 @@ def main(argv=None) -> int:
                      "user_s": after.ru_utime - before.ru_utime, "system_s": after.ru_stime - before.ru_stime,
                      "minor_page_faults": after.ru_minflt - before.ru_minflt})
         print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{args.encoder}{' --compile ' + args.compile if args.compile else ''}, fp32, {args.threads} threads; fp32 ceiling "
+    compiled = f" --compile {args.compile}" if args.compile else ""
+    print(f"\n{args.encoder}{compiled}, fp32, {args.threads} threads; fp32 ceiling "
           f"{ceiling:.1f} GFLOP/s")
     print("| documents | shapes | docs/s | of the ceiling | user s | system s | minor page faults |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
