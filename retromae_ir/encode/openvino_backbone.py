@@ -1,6 +1,7 @@
 """The transformer run by OpenVINO's CPU plugin (``encode --compile openvino``): a well-kept inference library
-whose fused attention and oneDNN kernels run MiniLM's dense pass at 0.78-0.80 of the fp32 matmul ceiling on AMD's
-AVX-512 EPYC, against 0.69-0.73 for inductor (``--compile``); measured in docs/encoders.md.
+whose fused attention and linear kernels run MiniLM's dense pass at 0.77-0.78 of the fp32 matmul ceiling on AMD's
+AVX-512 EPYC, against 0.65-0.71 for inductor (``--compile``), each alone in its process; measured in
+docs/encoders.md.
 
 Only the transformer is converted (``convert_model`` from the PyTorch module, dynamic batch and length); what
 follows it (pooling, W_cls, DupMAE's OT head over the ordinary tokens) stays in PyTorch, as under inductor.
