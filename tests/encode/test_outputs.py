@@ -278,8 +278,7 @@ def test_pre_encoded_queries_of_another_card_or_other_weights_are_refused_agains
     card, or the same card over a checkpoint trained again in place, encoded."""
     import shutil
 
-    import torch
-
+    from checkpoints import train_again_in_place
     from retromae_ir.encode.manifest import check_queries
 
     topics = tmp_path / "topics.tsv"
@@ -297,12 +296,7 @@ def test_pre_encoded_queries_of_another_card_or_other_weights_are_refused_agains
     assert main([*queries, str(tmp_path / "other-card"), "--encoder", str(sparse_card)]) == 0
     with pytest.raises(IndexMismatchError, match="another representation"):
         check_queries(tmp_path / "other-card", tmp_path / "index")
-    from transformers import AutoModelForMaskedLM
-
-    model = AutoModelForMaskedLM.from_pretrained(checkpoint)  # trained again in place: same path, other weights
-    with torch.no_grad():
-        model.base_model.embeddings.word_embeddings.weight.mul_(2.0)
-    model.save_pretrained(checkpoint)
+    train_again_in_place(checkpoint)
     assert main([*queries, str(tmp_path / "retrained"), "--encoder", str(card)]) == 0
     with pytest.raises(IndexMismatchError, match="other weights"):
         check_queries(tmp_path / "retrained", tmp_path / "index")

@@ -101,7 +101,7 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, sc
     another run, so --resume is refused, naming --start-weights."""
     import shutil
 
-    from transformers import BertForMaskedLM
+    from checkpoints import train_again_in_place
 
     start = tmp_path / "start"
     shutil.copytree(tiny_bert_dir, start)
@@ -110,10 +110,7 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, sc
             str(scifact_slice / "corpus.jsonl"), "--group-size", "1", "--batch-size", "4", "--device", "cpu",
             "--save-steps", "1", "--output", str(tmp_path / "s1")]
     finetune([*argv, "--max-steps", "2"])
-    model = BertForMaskedLM.from_pretrained(start)
-    with torch.no_grad():
-        model.bert.embeddings.word_embeddings.weight.mul_(2.0)
-    model.save_pretrained(start)
+    train_again_in_place(start)
     with pytest.raises(SystemExit) as refused:
         finetune([*argv, "--max-steps", "3", "--resume"])
     assert refused.value.code == 2 and "--start-weights" in capsys.readouterr().err

@@ -118,8 +118,7 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, tm
     folder trained again in place is another run (it used to resume the old one and exit 0)."""
     import shutil
 
-    from transformers import AutoModelForSequenceClassification
-
+    from checkpoints import train_again_in_place
     from retromae_ir.rerank.__main__ import main
 
     start, train_file, corpus_file = tmp_path / "start", tmp_path / "train.jsonl", tmp_path / "corpus.jsonl"
@@ -131,10 +130,7 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, tm
             str(corpus_file), "--group-size", "2", "--batch-size", "2", "--save-steps", "1", "--device", "cpu",
             "--output", str(tmp_path / "ce")]
     main([*argv, "--max-steps", "2"])
-    model = AutoModelForSequenceClassification.from_pretrained(start, num_labels=1)
-    with torch.no_grad():
-        model.bert.embeddings.word_embeddings.weight.mul_(2.0)
-    model.save_pretrained(start)
+    train_again_in_place(start)
     with pytest.raises(SystemExit) as refused:
         main([*argv, "--max-steps", "3", "--resume"])
     assert refused.value.code == 2 and "--start-weights" in capsys.readouterr().err
