@@ -230,12 +230,13 @@ def test_packed_linear_equals_the_linear():
             torch.testing.assert_close(torch.cat([tile(x) for tile in tiles], 1), layer(x), rtol=1e-5, atol=1e-5)
 
 
-def test_compiled_bf16_autocast_gives_the_eager_bf16_vectors(tiny_card):
+@pytest.mark.parametrize("backend", ["inductor", "openvino"])
+def test_compiled_bf16_autocast_gives_the_eager_bf16_vectors(tiny_card, backend):
     """--compile under --dtype bf16 (auto's choice on CPUs with native bf16): the decoder stays aten's (bf16
-    linear is oneDNN's there already), the backbone is compiled."""
+    linear is oneDNN's there already), the backbone is compiled (OpenVINO's in its bf16 precision)."""
     texts = TEXTS[:2] + TEXTS[3:]
     eager = EncoderModel.from_card(tiny_card, device="cpu", bf16=True).encode_passage(texts)
-    model = EncoderModel.from_card(tiny_card, device="cpu", bf16=True).compile_frozen()
+    model = EncoderModel.from_card(tiny_card, device="cpu", bf16=True).compile_backbone(backend)
     assert type(model.lm_head.predictions.decoder) is torch.nn.Linear
     compiled = model.encode_passage(texts)
     cosine = (eager.dense * compiled.dense).sum(1) / np.linalg.norm(eager.dense, axis=1) / np.linalg.norm(
