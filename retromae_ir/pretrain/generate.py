@@ -33,7 +33,7 @@ import torch
 from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, command
-from retromae_ir.io import as_stored, atomic_write, key_path, read_key, write_key
+from retromae_ir.io import as_stored, atomic_write, checkpoint_key, key_path, read_key, write_key
 from retromae_ir.pretrain.data import iter_documents
 
 LOG = logging.getLogger(__name__)
@@ -129,12 +129,15 @@ def text_digest(text: str) -> str:
 
 
 def generator_settings(generator) -> dict:
-    """A generator's model and options (a dataclass's fields but the model objects), for the resume key."""
+    """A generator's model (by name, and a local folder's weight files by digest: a model trained again in place
+    keeps its path) and options (a dataclass's fields but the model objects), for the resume key."""
     if not is_dataclass(generator):
         return {"class": type(generator).__name__, "key": generator.key}
     options = {f.name: getattr(generator, f.name) for f in dataclass_fields(generator)
                if f.name not in ("model", "tokenizer")}
-    return {"class": type(generator).__name__, "model": getattr(generator.model, "name_or_path", None), **options}
+    name = getattr(generator.model, "name_or_path", None)
+    return {"class": type(generator).__name__, "model": name, "weights": checkpoint_key(name) if name else None,
+            **options}
 
 
 def read_done(path: Path) -> tuple[dict[str, str | None], set[str]]:

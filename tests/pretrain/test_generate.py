@@ -125,6 +125,16 @@ def test_cli_loads_models_by_path(tmp_path, query_generator, continuation_genera
     with pytest.raises(SystemExit) as exit_:
         gen.main(argv[:4] + ["--gpt2-model", "none", "--doc2query-model", "none"])
     assert exit_.value.code == 2 and "error: no generator selected" in capsys.readouterr().err
+    # the doc2query folder trained again in place: same path, other weights, so the file is not continued
+    from transformers import T5ForConditionalGeneration
+
+    t5 = T5ForConditionalGeneration.from_pretrained(tmp_path / "t5")
+    with torch.no_grad():
+        t5.shared.weight.mul_(2.0)
+    t5.save_pretrained(tmp_path / "t5")
+    with pytest.raises(SystemExit) as exit_:
+        gen.main(argv)
+    assert exit_.value.code == 2 and "was generated with other settings" in capsys.readouterr().err
 
 
 def test_repeated_corpus_id_is_an_error(tmp_path, continuation_generator):
