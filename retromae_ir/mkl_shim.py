@@ -20,6 +20,7 @@ or ``$CC``), which ``--compile`` needs anyway. The library goes to ``$RETROMAE_I
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shlex
 import shutil
@@ -32,7 +33,9 @@ from retromae_ir.io import cache_dir
 
 SOURCE = "/* MKL's CPU-vendor check, answered 'Intel': see retromae_ir/mkl_shim.py */\n" \
          "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
-LIBRARY = "libretromae_ir_mkl_intel_cpu_true.so"
+STEM = "libretromae_ir_mkl_intel_cpu_true"
+# the source's digest in the name: a library built from another version's source is never taken for this one's
+LIBRARY = f"{STEM}-{hashlib.sha256(SOURCE.encode()).hexdigest()[:12]}.so"
 CACHE_PART = "mkl_shim"
 
 
@@ -61,7 +64,7 @@ def build(folder: Path | None = None) -> Path:
 def loaded() -> bool:
     """Whether this process runs with the shim (its library is among the mapped files)."""
     try:
-        return LIBRARY in Path("/proc/self/maps").read_text()
+        return STEM in Path("/proc/self/maps").read_text()
     except OSError:
         return False
 
