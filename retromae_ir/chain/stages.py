@@ -86,8 +86,11 @@ class Chain:
         self.index_root = output / "indexes"
 
     def timed(self, name: str, done: Path, run) -> Path:
-        """Run a stage unless ``done`` exists; its wall time goes into results.json."""
-        if not done.exists():
+        """Run a stage unless ``done`` exists and results.json records it (an output without a record is one whose
+        run was killed before the record: made under settings nobody checked, so it is made again; training
+        resumes from its checkpoints, under the settings check of started.json); its wall time goes into
+        results.json."""
+        if not done.exists() or name not in self.results:
             if done.parent != self.output:  # a stage folder: a training stage resumes from its checkpoints there
                 folder = done.parent.relative_to(self.output) if done.parent.is_relative_to(self.output) else done.parent
                 self.started[name] = {"settings": stage_settings(self.config, name, self.inputs, started=True),

@@ -203,3 +203,21 @@ def test_an_interrupted_pretraining_resumes_whatever_the_start_evaluation_settin
                                      if k != "data_sha256"}}}
     with pytest.raises(ChainSettingsError, match=r"data_sha256 not recorded \(an older retromae_ir\) -> 'd1'"):
         check_settings(old, ChainConfig(), INPUTS, "results.json")
+
+
+def test_a_stage_output_without_a_record_is_made_again(tmp_path):
+    """A stage whose output exists but results.json does not record it (killed between writing the output and the
+    record, e.g. mined negatives) is run again, under this run's settings, instead of being reused unchecked."""
+    from types import SimpleNamespace
+
+    from retromae_ir.chain.stages import Chain
+
+    done = tmp_path / "1-bm25-negatives.jsonl"
+    done.write_text("negatives mined with other settings\n")
+    runs = []
+    chain = SimpleNamespace(output=tmp_path, results={},
+                            record=lambda name, **values: chain.results.setdefault(name, {}).update(values))
+    Chain.timed(chain, "1-bm25-negatives", done, lambda: runs.append(done.write_text("mined again\n")))
+    assert len(runs) == 1 and done.read_text() == "mined again\n" and "wall_s" in chain.results["1-bm25-negatives"]
+    Chain.timed(chain, "1-bm25-negatives", done, lambda: runs.append("again"))  # recorded now: reused
+    assert len(runs) == 1
