@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import sys
 import time
@@ -72,9 +73,10 @@ def matmul_ceiling(threads: int, size: int | None = None, seconds: float = 0.5, 
 
 def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, device: str = "cpu",
                  dtypes: tuple[str, ...] = ("fp32", "bf16")) -> dict[str, dict[str, float]]:
-    """GFLOP/s of a product by each route PyTorch has on ``device``: ``a @ b`` (MKL's gemm on a CPU, cuBLAS on a
-    GPU; square, ``size``) and, on a CPU, a frozen ``torch.compile``d ``nn.Linear`` of ``size`` x ``size`` over
-    ``size / 2`` rows (inductor pre-packs its weight for oneDNN). The two differ by 2x on AMD's AVX-512 EPYC (MKL
+    """GFLOP/s of a product by each route our encoders can take on ``device``: ``a @ b`` (MKL's gemm on a CPU,
+    cuBLAS on a GPU; square, ``size``) and, on a CPU, an ``nn.Linear`` of ``size`` x ``size`` over ``size / 2``
+    rows frozen into ``torch.compile`` (inductor pre-packs its weight for oneDNN) and through OpenVINO
+    (``--compile openvino``). The two differ by 2x on AMD's AVX-512 EPYC (MKL
     about 220, oneDNN about 490 GFLOP/s fp32 on 2 cores), so a ceiling from ``a @ b`` alone is no ceiling there:
     the compiled encoders exceed it."""
     torch.set_num_threads(threads)
@@ -86,8 +88,8 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
         if torch.device(device).type == "cpu":  # the route --compile's linear layers take (FrozenCompiled)
             from retromae_ir.encode.base import FrozenCompiled
 
-            linear = torch.nn.Linear(size, size).to(DTYPES[name]).eval()
-            packed = FrozenCompiled(linear)
+            linear = torch.nn.Linear(size, size).eval()
+            packed = FrozenCompiled(copy.deepcopy(linear).to(DTYPES[name]))
             rows = a[: size // 2]  # a batch of another size than the weight's: no duck-sized static shape
             with torch.no_grad():
                 out[name]["oneDNN (frozen torch.compile Linear)"] = gflops(lambda: packed(rows), size ** 3, device,
@@ -103,7 +105,7 @@ def openvino_linear(linear: torch.nn.Linear, rows: torch.Tensor):
     import openvino as ov
 
     precision = "bf16" if rows.dtype == torch.bfloat16 else "f32"
-    graph = ov.convert_model(linear.float(), example_input=rows.float())
+    graph = ov.convert_model(linear, example_input=rows.float())  # an fp32 Linear; the precision is OpenVINO's
     request = ov.Core().compile_model(graph, "CPU", {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1,
                                                      "INFERENCE_NUM_THREADS": torch.get_num_threads(),
                                                      "PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
@@ -306,9 +308,9 @@ def encode_benchmark(args) -> dict:
     compile_s = {}
     for backend, rows in backends.items():
         for name, system in zip(ours, rows):
-            start = clock(device)  # compilation is paid once, before the clock (reported apart)
-            model = EncoderModel.from_card(name, device=device, bf16=dtype == "bf16").compile_backbone(backend)
-            model.encode_passage(texts[:64], 64)
+            model = EncoderModel.from_card(name, device=device, bf16=dtype == "bf16")
+            start = clock(device)  # conversion or compilation is paid once, before the clock (reported apart)
+            model.compile_backbone(backend).encode_passage(texts[:64], 64)
             compile_s[f"{name} --compile {backend}"] = clock(device) - start
             systems[system] = (ours_run(model), "ordinary" if hasattr(model, "lm_head") else None)
     splade_model_only = PYSERINI_SPLADE.replace("(sparse)", "(sparse, without its dict output)")

@@ -69,7 +69,7 @@ def add_compile_argument(parser: argparse.ArgumentParser, context: str = "") -> 
     parser.add_argument("--compile", nargs="?", const="inductor", default=None, choices=COMPILE_BACKENDS,
                         metavar="{inductor,openvino}",
                         help=f"{context}compile the transformer for inference. inductor (the default of a bare "
-                             f"--compile): torch.compile with its weights frozen (oneDNN kernels on a CPU), 15-30 s "
-                             f"of compilation at the start, any device. openvino: OpenVINO's CPU plugin, CPU only, "
-                             f"faster still for the dense pass. Vectors equal fp32's to about 1e-6; not with "
-                             f"--dtype int8; speed in docs/encoders.md")
+                             f"--compile): torch.compile with its weights frozen (oneDNN kernels on a CPU), about "
+                             f"10 s of compilation at the start, any device. openvino: OpenVINO's CPU plugin, CPU "
+                             f"only, faster still for the dense pass. In fp32 the vectors equal eager's to about "
+                             f"1e-6; not with --dtype int8; speed in docs/encoders.md")

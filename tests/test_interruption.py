@@ -159,6 +159,11 @@ def test_a_publish_killed_midway_leaves_no_finished_marker(tmp_path, monkeypatch
     assert not (output / "config.json").exists() and not (output / "card.yaml").exists()
     monkeypatch.setattr(trainer, "atomic_write", real)
     trainer._publish(checkpoint, output)
+    order = []
+    monkeypatch.setattr(trainer, "atomic_write", lambda path, *a, **kw: order.append(Path(path).name) or real(
+        path, *a, **kw))
+    trainer._publish(checkpoint, output)
+    assert order[-2:] == ["config.json", "card.yaml"]  # card.yaml, the fine-tuning stage's done file, last
     assert {path.name: path.read_text() for path in output.iterdir()} == {
         name: f"new {name}" for name in ("card.yaml", "config.json", "model.safetensors", "projection.safetensors",
                                           "tokenizer.json")}

@@ -136,7 +136,9 @@ class Chain:
         itself without pre-training; its OT weight chosen on the dev split."""
         if not self.config.pretrain:
             return self.start_card("0-start", self.start_checkpoint())
-        c, out = self.config, self.pretrained or self.output / "0-pretrain"
+        if self.pretrained:  # a finished pre-training of the user's: never trained here (nor into that folder)
+            return self.start_card("0-pretrain", self.pretrained.resolve())
+        c, out = self.config, self.output / "0-pretrain"
         model = ["--model", self.model] if self.model else []
         self.timed("0-pretrain", out / "config.json", lambda: command(
             "retromae_ir.pretrain", "--method", "dupmae", *model, "--corpus", str(self.corpus),
@@ -345,8 +347,6 @@ class AblationChain(Chain):
 
     def cross_encoder(self, negatives: Path) -> Path:
         return self.main.output / "4-cross-encoder"
-
-
 
 
 def chain_corpus(folder: Path, output: Path, config: ChainConfig) -> Path:

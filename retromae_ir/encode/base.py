@@ -143,7 +143,7 @@ class EncoderModel(torch.nn.Module):
         self.bf16 = False  # int8 replaces bf16: the quantised kernels take fp32 activations, not autocast's bf16
         return self
 
-    def compile_backbone(self, backend: str = "inductor", **options) -> "EncoderModel":
+    def compile_backbone(self, backend: str = "inductor", properties: dict | None = None) -> "EncoderModel":
         """Replace the transformer, in place, by a compiled one (``COMPILE_BACKENDS``), and let a subclass pack
         what runs outside it (:meth:`_pack_outside_backbone`). Inference only: both copy the weights, so training
         them afterwards would not change the outputs.
@@ -151,31 +151,33 @@ class EncoderModel(torch.nn.Module):
         * ``inductor`` (:class:`FrozenCompiled`): ``torch.compile``, dynamic shapes, the weights frozen into the
           graph, so that on a CPU the linear layers run as oneDNN kernels over pre-packed weights instead of MKL's
           (on AMD's AVX-512 EPYC twice the GFLOP/s). The first batch pays the compilation (10-15 s for MiniLM; a
-          C++ compiler is needed on a CPU). Any device.
+          C++ compiler is needed on a CPU; 8-11 s measured). Any device.
         * ``openvino`` (:class:`~retromae_ir.encode.openvino_backbone.OpenVINOBackbone`): OpenVINO's CPU plugin,
           a few seconds of conversion here; CPU only. Faster than inductor for the dense pass (docs/encoders.md).
 
-        ``options`` go to the backend's class (OpenVINO's ``properties``, e.g. ``{"PERF_COUNT": True}``).
+        ``properties``: more of OpenVINO's CPU plugin properties (``{"PERF_COUNT": True}``); openvino only.
         """
         if backend not in COMPILE_BACKENDS:
             raise ValueError(f"unknown compile backend {backend!r}: choose one of {', '.join(COMPILE_BACKENDS)}")
         if self.int8:
             raise ValueError(f"int8 and --compile {backend} do not combine: int8's quantised linear layers are "
                              f"neither inductor's nor OpenVINO's; choose one")
+        if properties and backend != "openvino":
+            raise ValueError(f"properties are OpenVINO's; --compile {backend} takes none")
         if backend == "openvino" and self.device.type != "cpu":
             raise ValueError(f"--compile openvino runs on the CPU, not {self.device}; use --compile inductor there")
         owner, name = self._backbone()
-        setattr(owner, name, self._compiled(backend, getattr(owner, name), options))
+        setattr(owner, name, self._compiled(backend, getattr(owner, name), properties))
         self._pack_outside_backbone()
         self.compiled = backend
         return self
 
-    def _compiled(self, backend: str, transformer: torch.nn.Module, options: dict) -> CompiledBackbone:
+    def _compiled(self, backend: str, transformer: torch.nn.Module, properties: dict | None) -> CompiledBackbone:
         if backend == "openvino":
             from retromae_ir.encode.openvino_backbone import OpenVINOBackbone
 
-            return OpenVINOBackbone(transformer, torch.get_num_threads(), self.bf16, **options)
-        return FrozenCompiled(transformer, **options)
+            return OpenVINOBackbone(transformer, torch.get_num_threads(), self.bf16, properties)
+        return FrozenCompiled(transformer)
 
     def compile_frozen(self) -> "EncoderModel":
         """:meth:`compile_backbone` with inductor (``--compile``)."""

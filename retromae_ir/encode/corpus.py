@@ -133,12 +133,16 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
                 and all(source.get(field) == value for field, value in source_fields.items()):
             candidates.append(root)
     finished = [root for root in candidates if not _unfinished(root, shard_num)]
-    unfinished = [root for root in candidates if root not in finished]
-    if unfinished:
-        root = unfinished[0]
+    # an unfinished encoding of other documents or another precision than a finished one: which one is meant?
+    # (one that differs only by chunk size is an abandoned attempt at the same vectors)
+    conflicting = [root for root in candidates if root not in finished and (not finished or any(
+        _vectors_source(root) != _vectors_source(other) for other in finished))]
+    if conflicting:
+        root = conflicting[0]
         shard_id = _unfinished(root, shard_num)[0]
         beside = "".join(f"; {other.name} beside it ({_describe(_read_source(other))}) is finished but not merged "
-                         f"while {root.name} is there: remove {root} to merge it" for other in finished)
+                         f"while unfinished encodings of other documents or precision are there: remove "
+                         f"{', '.join(str(r) for r in conflicting)} to merge it" for other in finished)
         raise IndexMismatchError(f"shard {shard_id} of {shard_num} is not finished ({root}: "
                                  f"{_describe(_read_source(root))}): run it (--shard-id {shard_id} --shard-num "
                                  f"{shard_num}) before merging{beside}")
@@ -155,6 +159,12 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
 def _read_source(root: Path) -> dict | None:
     path = root / SOURCES
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _vectors_source(root: Path) -> tuple:
+    """What an encoding's vectors are of: its documents and precision (not how they were cut into chunks)."""
+    source = _read_source(root)
+    return source["corpus_digest"], source["precision"]
 
 
 def _describe(source: dict) -> str:

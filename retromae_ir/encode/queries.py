@@ -5,7 +5,7 @@
     DIR/sparse.jsonl         {"id", "contents", "vector": {token: int}} read by LuceneImpactSearcher
                              (``--encoder DIR/sparse.jsonl``), looked up by the query text
     DIR/manifest.json        the card, weight files and precision that encoded them (``check_queries`` holds
-                             them against an index's manifest)
+                             the card and weights against an index's manifest; another precision is allowed)
 """
 from __future__ import annotations
 

@@ -136,8 +136,8 @@ def generator_settings(generator) -> dict:
     options = {f.name: getattr(generator, f.name) for f in dataclass_fields(generator)
                if f.name not in ("model", "tokenizer")}
     name = getattr(generator.model, "name_or_path", None)
-    return {"class": type(generator).__name__, "model": name, "weights": checkpoint_key(name) if name else None,
-            **options}
+    weights = {"weights": checkpoint_key(name)} if name and Path(name).is_dir() else {}  # hub names: keys as before
+    return {"class": type(generator).__name__, "model": name, **weights, **options}
 
 
 def read_done(path: Path) -> tuple[dict[str, str | None], set[str]]:

@@ -41,7 +41,8 @@ class EncoderRetriever:
         self.lucene = lucene  # False: no Lucene impact index (a host without Java); the exact searcher needs none
         self.device = device  # None: cuda when available (int8 needs "cpu")
         self.candidates = candidates  # K': each side's top K' nominate the candidates scored exactly
-        self.compile_backend = compile_backend  # the same vectors to about 1e-6, so not part of any key
+        self.compile_backend = compile_backend  # eager's vectors to about 1e-6 in fp32 (to bf16 rounding under
+        # bf16, as eager bf16 is), so not part of any key
         self.checked: dict[Path, str] = {}  # index folder -> its manifest as verified under the folder's lock
 
     @cached_property

@@ -460,7 +460,7 @@ def plot_loss_curves(history: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-PUBLISHED_LAST = ("card.yaml", "config.json")  # what marks a finished output: the chain's done files, loaders' entry
+PUBLISHED_LAST = ("config.json", "card.yaml")  # what marks a finished output (the chain's done files), in this order
 
 
 def _publish(checkpoint: Path, output: Path) -> None:
@@ -470,7 +470,8 @@ def _publish(checkpoint: Path, output: Path) -> None:
     load as the identity)."""
     for name in PUBLISHED_LAST:
         (output / name).unlink(missing_ok=True)
-    for item in sorted(checkpoint.iterdir(), key=lambda item: (item.name in PUBLISHED_LAST, item.name)):
+    last = {name: place for place, name in enumerate(PUBLISHED_LAST, 1)}
+    for item in sorted(checkpoint.iterdir(), key=lambda item: (last.get(item.name, 0), item.name)):
         target = output / item.name
         if item.is_dir():
             with atomic_dir(target) as tmp:

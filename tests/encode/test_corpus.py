@@ -49,7 +49,6 @@ def test_two_shards_merge_into_the_single_process_index(dense_model, tmp_path):
     assert read_manifest(tmp_path / "two")["documents"] == 11
 
 
-
 def test_merge_refuses_an_old_finished_encoding_beside_an_unfinished_new_one(dense_model, tmp_path):
     """A changed corpus whose shard 1 has not run yet: merging used to rebuild the old corpus's index from the
     finished encoding beside it and exit 0. Now it names both and leaves the old index as it was."""
@@ -66,6 +65,7 @@ def test_merge_refuses_an_old_finished_encoding_beside_an_unfinished_new_one(den
     encode_shard(dense_model, new_ids, DOCS, tmp_path, 1, 2, chunk_size=4)
     with pytest.raises(IndexMismatchError, match="2 finished encodings"):
         merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=2)
+
 
 def test_rerun_encodes_only_missing_chunks(dense_model, tmp_path, monkeypatch):
     folder = encode_shard(dense_model, IDS, DOCS, tmp_path, chunk_size=4)
@@ -142,7 +142,7 @@ def test_a_resume_with_another_chunk_size_gives_the_corpus_once(dense_model, tmp
         chunk.unlink()
     second = encode_shard(dense_model, IDS, DOCS, tmp_path / "out", chunk_size=4)
     assert second != first
-    merge(tmp_path / "out", dense_model.card, dense_model.vocab, work=second.parent)  # as run_corpus does
+    merge(tmp_path / "out", dense_model.card, dense_model.vocab)  # the abandoned chunk size-3 attempt: no conflict
     assert _vectors(tmp_path / "out")[0] == IDS and read_manifest(tmp_path / "out")["documents"] == 11
 
     threes = encode_shard(dense_model, IDS, DOCS, tmp_path / "mixed", chunk_size=3)

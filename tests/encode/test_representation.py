@@ -202,6 +202,7 @@ def test_openvino_backbone_gives_the_eager_vectors(tiny_card, tiny_model, tiny_b
     with pytest.raises(ValueError, match="runs on the CPU, not meta"):
         EncoderModel.from_card(card, device="meta").compile_backbone("openvino")
 
+
 def test_the_cli_refuses_compile_with_int8(capsys):
     from retromae_ir.encode.__main__ import main
 

@@ -66,6 +66,7 @@ def test_a_local_start_or_pretraining_trained_again_in_place_is_refused():
     with pytest.raises(ChainSettingsError, match=r"stage baseline-bm25 .*bf16 False -> True"):
         check_settings(results, config, {**inputs, "bf16": True}, "out")
 
+
 def test_a_stage_without_recorded_settings_or_an_unknown_entry_is_refused():
     with pytest.raises(ChainSettingsError, match="stage 1-stage1 has no recorded settings"):
         check_settings({"1-stage1": {"wall_s": 1.0}}, ChainConfig(), INPUTS, "out/results.json")
@@ -221,3 +222,18 @@ def test_a_stage_output_without_a_record_is_made_again(tmp_path):
     assert len(runs) == 1 and done.read_text() == "mined again\n" and "wall_s" in chain.results["1-bm25-negatives"]
     Chain.timed(chain, "1-bm25-negatives", done, lambda: runs.append("again"))  # recorded now: reused
     assert len(runs) == 1
+
+
+def test_a_given_pretraining_is_started_from_and_never_trained(tmp_path):
+    """--pretrained skips the pre-training stage: the chain starts from that folder and never runs pre-training
+    into it (the record check of ``timed`` must not take its missing 0-pretrain entry for an unfinished stage)."""
+    from types import SimpleNamespace
+
+    from retromae_ir.chain.stages import Chain
+
+    def never(*args, **kwargs):
+        raise AssertionError("pre-training ran for a given --pretrained")
+
+    chain = SimpleNamespace(config=ChainConfig(pretrain=True), pretrained=tmp_path / "pretrained", timed=never,
+                            start_card=lambda name, checkpoint: (name, checkpoint))
+    assert Chain.start(chain) == ("0-pretrain", (tmp_path / "pretrained").resolve())
