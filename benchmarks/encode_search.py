@@ -76,9 +76,8 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
     """GFLOP/s of a product by each route our encoders can take on ``device``: ``a @ b`` (MKL's gemm on a CPU,
     cuBLAS on a GPU; square, ``size``) and, on a CPU, an ``nn.Linear`` of ``size`` x ``size`` over ``size / 2``
     rows frozen into ``torch.compile`` (inductor pre-packs its weight for oneDNN) and through OpenVINO
-    (``--compile openvino``). The two differ by 2x on AMD's AVX-512 EPYC (MKL
-    about 220, oneDNN about 490 GFLOP/s fp32 on 2 cores), so a ceiling from ``a @ b`` alone is no ceiling there:
-    the compiled encoders exceed it."""
+    (``--compile openvino``). MKL's and oneDNN's differ by 2x on AMD's AVX-512 EPYC (about 220 and 490 GFLOP/s
+    fp32 on 2 cores), so a ceiling from ``a @ b`` alone is no ceiling there: the compiled encoders exceed it."""
     torch.set_num_threads(threads)
     size = size or (8192 if torch.device(device).type == "cuda" else 2048)
     out = {}
@@ -104,11 +103,10 @@ def openvino_linear(linear: torch.nn.Linear, rows: torch.Tensor):
     precision of ``rows``, on torch's thread count."""
     import openvino as ov
 
-    precision = "bf16" if rows.dtype == torch.bfloat16 else "f32"
+    from retromae_ir.encode.openvino_backbone import cpu_request
+
     graph = ov.convert_model(linear, example_input=rows.float())  # an fp32 Linear; the precision is OpenVINO's
-    request = ov.Core().compile_model(graph, "CPU", {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1,
-                                                     "INFERENCE_NUM_THREADS": torch.get_num_threads(),
-                                                     "PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
+    request = cpu_request(graph, torch.get_num_threads(), bf16=rows.dtype == torch.bfloat16)
     x = rows.float().numpy()
     return lambda: request.infer({0: x}, share_inputs=True)
 

@@ -125,31 +125,32 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
     ``source_fields`` (a caller that knows the corpus passes its ``corpus_digest``; the ``merge`` command is not told
     it); none, several (other corpora or dtypes), or an unfinished one beside it (most likely the encoding the user
     means, of a new corpus or dtype, whose last shard has not run) is refused: never a guess."""
-    candidates = []
+    candidates = {}  # work folder -> its sources
     for root in sorted((Path(output) / WORK).glob(f"*-of-{shard_num}")):
         source = _read_source(root)
         if source and source["fingerprint"] == card.fingerprint() and source["weights"] == card.weight_digests() \
                 and (source["precision"] == "int8") == int8 \
                 and all(source.get(field) == value for field, value in source_fields.items()):
-            candidates.append(root)
+            candidates[root] = source
     finished = [root for root in candidates if not _unfinished(root, shard_num)]
     # an unfinished encoding of other documents or another precision than a finished one: which one is meant?
     # (one that differs only by chunk size is an abandoned attempt at the same vectors)
-    conflicting = [root for root in candidates if root not in finished and (not finished or any(
-        _vectors_source(root) != _vectors_source(other) for other in finished))]
+    vectors = {root: (source["corpus_digest"], source["precision"]) for root, source in candidates.items()}
+    conflicting = [root for root in candidates if root not in finished
+                   and (not finished or any(vectors[root] != vectors[other] for other in finished))]
     if conflicting:
         root = conflicting[0]
         shard_id = _unfinished(root, shard_num)[0]
-        beside = "".join(f"; {other.name} beside it ({_describe(_read_source(other))}) is finished but not merged "
+        beside = "".join(f"; {other.name} beside it ({_describe(candidates[other])}) is finished but not merged "
                          f"while unfinished encodings of other documents or precision are there: remove "
                          f"{', '.join(str(r) for r in conflicting)} to merge it" for other in finished)
         raise IndexMismatchError(f"shard {shard_id} of {shard_num} is not finished ({root}: "
-                                 f"{_describe(_read_source(root))}): run it (--shard-id {shard_id} --shard-num "
+                                 f"{_describe(candidates[root])}): run it (--shard-id {shard_id} --shard-num "
                                  f"{shard_num}) before merging{beside}")
     if len(finished) == 1:
         return finished[0]
     if len(finished) > 1:
-        found = "; ".join(f"{root.name}: {_describe(_read_source(root))}" for root in finished)
+        found = "; ".join(f"{root.name}: {_describe(candidates[root])}" for root in finished)
         raise IndexMismatchError(f"{output}/{WORK} holds {len(finished)} finished encodings of card {card.name!r} "
                                  f"({found}): remove the stale ones, or encode into a new --output")
     raise IndexMismatchError(f"no encoded shards of card {card.name!r} ({shard_num} shards, "
@@ -159,12 +160,6 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
 def _read_source(root: Path) -> dict | None:
     path = root / SOURCES
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _vectors_source(root: Path) -> tuple:
-    """What an encoding's vectors are of: its documents and precision (not how they were cut into chunks)."""
-    source = _read_source(root)
-    return source["corpus_digest"], source["precision"]
 
 
 def _describe(source: dict) -> str:

@@ -16,6 +16,16 @@ from transformers.modeling_outputs import BaseModelOutput
 from retromae_ir.encode.base import CompiledBackbone
 
 
+def cpu_request(graph, threads: int, bf16: bool = False, properties: dict | None = None):
+    """An inference request of ``graph`` compiled for OpenVINO's CPU plugin as ``--compile openvino`` runs it: one
+    stream of ``threads`` threads, fp32 (bf16 with ``bf16``) arithmetic, plus any other ``properties``."""
+    import openvino as ov
+
+    config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32", "INFERENCE_NUM_THREADS": threads,
+              "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, **(properties or {})}
+    return ov.Core().compile_model(graph, "CPU", config).create_infer_request()
+
+
 class _LastHiddenState(torch.nn.Module):
     """The transformer as a graph of tensors in, one tensor out (what ``convert_model`` traces)."""
 
@@ -50,9 +60,7 @@ class OpenVINOBackbone(CompiledBackbone):
             warnings.simplefilter("ignore", FutureWarning)
             graph = ov.convert_model(_LastHiddenState(module).eval(), example_input=example,
                                      input=[("input_ids", shape, ov.Type.i64), ("attention_mask", shape, ov.Type.i64)])
-        config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32", "INFERENCE_NUM_THREADS": threads,
-                  "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, **(properties or {})}
-        self.request = ov.Core().compile_model(graph, "CPU", config).create_infer_request()
+        self.request = cpu_request(graph, threads, bf16, properties)
 
     @property
     def module(self) -> torch.nn.Module:
