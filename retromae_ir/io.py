@@ -109,12 +109,19 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     return digest.hexdigest()
 
 
-def weight_file_digests(folder: str | os.PathLike) -> dict[str, str]:
-    """sha256 of each weight file (``*.safetensors``, ``*.bin``) in a checkpoint folder, by file name: a checkpoint
-    trained again into the same folder keeps its path and config but not these."""
+# what makes a checkpoint's vectors: its weights, its configuration and its tokenizer (an edited
+# tokenizer_config.json or vocabulary encodes the same text into other ids under the same weights)
+CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer*.json", "special_tokens_map.json",
+                    "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "*.model")
+
+
+def checkpoint_file_digests(folder: str | os.PathLike) -> dict[str, str]:
+    """sha256 of each file in a checkpoint folder that makes its vectors (``CHECKPOINT_FILES``: weights, config,
+    tokenizer), by file name: a checkpoint trained again into the same folder, or whose tokenizer was edited in
+    place, keeps its path but not these."""
     folder = Path(folder)
-    files = sorted({*folder.glob("*.safetensors"), *folder.glob("*.bin")})
-    return {weights.name: file_digest(weights) for weights in files}
+    files = sorted({path for pattern in CHECKPOINT_FILES for path in folder.glob(pattern) if path.is_file()})
+    return {path.name: file_digest(path) for path in files}
 
 
 def check_unchanged(manifest: str | os.PathLike, checked: str) -> None:
@@ -151,9 +158,9 @@ def write_key(path: str | os.PathLike, key: dict) -> None:
 
 
 def checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
-    """What a run starting from ``checkpoint`` is keyed by: a local folder's weight-file digests, else (a hub
-    name, whose files may not be downloaded yet) the name itself."""
-    return weight_file_digests(checkpoint) if Path(checkpoint).is_dir() else str(checkpoint)
+    """What a run starting from ``checkpoint`` is keyed by: a local folder's file digests (weights, config,
+    tokenizer), else (a hub name, whose files may not be downloaded yet) the name itself."""
+    return checkpoint_file_digests(checkpoint) if Path(checkpoint).is_dir() else str(checkpoint)
 
 
 def pairs_digest(pairs) -> str:

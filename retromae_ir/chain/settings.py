@@ -16,8 +16,8 @@ import dataclasses
 from retromae_ir.chain.config import ChainConfig
 
 # the pipeline in order: stage -> the settings (ChainConfig fields, or the run's inputs: a local --model's or
-# --pretrained's weight files by digest as well as by path, since a folder trained again in place keeps its path,
-# and bf16, which the baselines are encoded under too) that shape it. Fields not
+# --pretrained's weight and tokenizer files by digest as well as by path, since a folder trained again in place keeps
+# its path, and bf16, which the baselines are encoded under too) that shape it. Fields not
 # listed choose which stages run (pretrain, distill, ablation, evaluate_pretrained) or how a step fits in memory
 # (chunk_passages: gradient caching, same loss and gradients), not what a finished stage computed. Stage 1 records
 # the epochs and learning rate it ran with (``stage1_epochs``, ``stage1_lr``), so a stage-2 ``epochs`` or ``lr``

@@ -103,12 +103,13 @@ class EncoderCard:
             raise CardError(f"card {self.name!r}: checkpoint {self.checkpoint} {problem}")
         return path
 
-    def weight_digests(self) -> dict[str, str]:
-        """sha256 of each weight file (``*.safetensors``, ``*.bin``) of the checkpoint: a local folder, or a hub
-        name's cached snapshot (so another revision is another key; {} when the hub name is not cached): a
-        checkpoint trained again into the same folder keeps the card's fingerprint but not these."""
+    def checkpoint_digests(self) -> dict[str, str]:
+        """sha256 of each file of the checkpoint that makes its vectors (weights, config, tokenizer: see
+        ``io.CHECKPOINT_FILES``): a local folder, or a hub name's cached snapshot (so another revision is another
+        key; {} when the hub name is not cached): a checkpoint trained again into the same folder, or its tokenizer
+        edited there, keeps the card's fingerprint but not these."""
         from retromae_ir.encode.declared import checkpoint_file
-        from retromae_ir.io import weight_file_digests
+        from retromae_ir.io import checkpoint_file_digests
 
         checkpoint = Path(self.checkpoint_path())
         if not checkpoint.is_dir():
@@ -116,7 +117,7 @@ class EncoderCard:
             if config is None:
                 return {}
             checkpoint = Path(config).parent
-        return weight_file_digests(checkpoint)
+        return checkpoint_file_digests(checkpoint)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

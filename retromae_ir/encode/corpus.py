@@ -7,12 +7,12 @@
                                      memory-mapped (retromae_ir/search/ot_store.py)
     DIR/manifest.json                written last: card, dims, k, scale, counts, checksums, versions
 
-Shard ``i`` of ``n`` encodes a contiguous slice of the corpus into DIR/.work/<sources>-of-<n>/shard-<i>/ as chunk
-files written atomically; a rerun skips finished chunks, so an interrupted job resumes where it stopped. <sources> is
-a digest of everything the vectors depend on (card fingerprint, weight files, passage length, precision, and every
-document's id and text), so chunks of a changed corpus or retrained weights are never resumed onto. Shards can run
-as separate processes or GPUs (``torchrun`` sets RANK/WORLD_SIZE), each locking its own folder; ``merge`` joins them
-under the output's lock.
+Shard ``i`` of ``n`` encodes a contiguous slice of the corpus into DIR/.work/<sources>-of-<n>/shard-<i>/ as chunk files
+written atomically; a rerun skips finished chunks, so an interrupted job resumes where it stopped. <sources> is a digest
+of everything the vectors depend on (card fingerprint, weight and tokenizer files, passage length, precision, and every
+document's id and text), so chunks of a changed corpus or retrained weights are never resumed onto. Shards can run as
+separate processes or GPUs (``torchrun`` sets RANK/WORLD_SIZE), each locking its own folder; ``merge`` joins them under
+the output's lock.
 """
 from __future__ import annotations
 
@@ -70,12 +70,12 @@ def corpus_digest(docids: list[str], texts: list[str]) -> str:
 
 
 def sources(model, docids: list[str], texts: list[str], chunk_size: int) -> dict:
-    """Everything the chunks depend on: the card (fingerprint, weight files, passage length), the precision, the
-    documents' ids and texts, and the chunk size (chunk files are named by their first document, so chunks cut at
-    another size would overlap or leave gaps). Chunks are resumed only under equal sources, so changed texts,
-    retrained weights, another dtype or chunk size are encoded again instead of being mixed with old vectors."""
+    """Everything the chunks depend on: the card (fingerprint, weight and tokenizer files, passage length), the
+    precision, the documents' ids and texts, and the chunk size (chunk files are named by their first document, so
+    chunks cut at another size would overlap or leave gaps). Chunks are resumed only under equal sources, so changed
+    texts, retrained weights, another dtype or chunk size are encoded again instead of being mixed with old vectors."""
     card = model.card
-    return {"fingerprint": card.fingerprint(), "weights": card.weight_digests(),
+    return {"fingerprint": card.fingerprint(), "weights": card.checkpoint_digests(),
             "max_passage_length": card.max_passage_length, "precision": precision(model),
             "documents": len(docids), "corpus_digest": corpus_digest(docids, texts), "chunk_size": chunk_size}
 
@@ -128,7 +128,7 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
     candidates = {}  # work folder -> its sources
     for root in sorted((Path(output) / WORK).glob(f"*-of-{shard_num}")):
         source = _read_source(root)
-        if source and source["fingerprint"] == card.fingerprint() and source["weights"] == card.weight_digests() \
+        if source and source["fingerprint"] == card.fingerprint() and source["weights"] == card.checkpoint_digests() \
                 and (source["precision"] == "int8") == int8 \
                 and all(source.get(field) == value for field, value in source_fields.items()):
             candidates[root] = source
@@ -236,7 +236,7 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
     output = Path(output)
     work = Path(work) if work is not None else find_work(output, card, shard_num, int8)
     source = _read_source(work) or {}
-    if source.get("fingerprint") != card.fingerprint() or source.get("weights") != card.weight_digests():
+    if source.get("fingerprint") != card.fingerprint() or source.get("weights") != card.checkpoint_digests():
         raise IndexMismatchError(f"{work} was not encoded with card {card.name!r} and its current weights")
     paths = _chunk_paths(work, shard_num, source["documents"])
     dims = _chunk_field(paths[0], "dense").shape[1]

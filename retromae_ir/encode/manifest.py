@@ -55,15 +55,15 @@ def read_manifest(directory: str | os.PathLike) -> dict:
 
 def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
     """Refuse a card whose representation differs from the one that built ``where`` (name the differing fields),
-    or whose checkpoint's weight files differ from those recorded (a checkpoint trained again in place: its queries
-    would be encoded by another model than the documents)."""
+    or whose checkpoint's weight, config or tokenizer files differ from those recorded (a checkpoint trained again, or
+    its tokenizer edited, in place: its queries would be encoded by another model than the documents)."""
     if manifest["fingerprint"] == card.fingerprint():
         recorded = manifest.get("weights") or {}
-        current = card.weight_digests() if recorded else {}  # (a hub name is looked up: only when there is a record)
+        current = card.checkpoint_digests() if recorded else {}  # a hub name is looked up only when there is a record
         if recorded and current and recorded != current:  # {}: unknown (a hub name not in the cache here)
             changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
-            raise IndexMismatchError(f"{where} was encoded with other weights of {card.checkpoint!r} "
-                                     f"({', '.join(changed)} differ): encode the corpus again")
+            raise IndexMismatchError(f"{where} was encoded with other weights or tokenizer files of "
+                                     f"{card.checkpoint!r} ({', '.join(changed)} differ): encode the corpus again")
         return
     built = manifest["card"]
     diffs = [f"{key}: index {built.get(key)!r} vs card {value!r}" for key, value in card.to_dict().items()
@@ -80,5 +80,5 @@ def check_queries(queries: str | os.PathLike, index: str | os.PathLike) -> None:
         raise IndexMismatchError(f"{queries} was encoded with card {encoded['card'].get('name')!r}, {index} with "
                                  f"{built['card'].get('name')!r} (another representation): encode the queries again")
     if encoded.get("weights") and built.get("weights") and encoded["weights"] != built["weights"]:
-        raise IndexMismatchError(f"{queries} and {index} were encoded with other weights of "
+        raise IndexMismatchError(f"{queries} and {index} were encoded with other weights or tokenizer files of "
                                  f"{built['card'].get('checkpoint')!r}: encode the queries (or the corpus) again")

@@ -4,8 +4,9 @@
                              plain object-dtype strings, so reading it needs no pyarrow
     DIR/sparse.jsonl         {"id", "contents", "vector": {token: int}} read by LuceneImpactSearcher
                              (``--encoder DIR/sparse.jsonl``), looked up by the query text
-    DIR/manifest.json        the card, weight files and precision that encoded them (``check_queries`` holds
-                             the card and weights against an index's manifest; another precision is allowed)
+    DIR/manifest.json        the card, weight and tokenizer files and precision that encoded them
+                             (``check_queries`` holds the card and those files against an index's manifest;
+                             another precision is allowed)
 """
 from __future__ import annotations
 
@@ -38,5 +39,5 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
         with atomic_write(output / "sparse.jsonl") as out:
             for qid, text, vector in zip(qids, texts, impact_dicts(encoded.sparse, model.vocab, model.card.scale)):
                 out.write(json.dumps({"id": qid, "contents": text, "vector": vector}) + "\n")
-    return write_manifest(output, model.card, queries=len(qids), weights=model.card.weight_digests(),
+    return write_manifest(output, model.card, queries=len(qids), weights=model.card.checkpoint_digests(),
                           precision=precision(model))

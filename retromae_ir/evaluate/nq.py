@@ -233,7 +233,7 @@ def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]
         return False
     data = json.loads(manifest.read_text())
     return (data.get("fingerprint") == model.card.fingerprint() and data.get("precision") == precision(model)
-            and data.get("weights") == model.card.weight_digests()
+            and data.get("weights") == model.card.checkpoint_digests()
             and data.get("corpus_digest") == corpus_digest(docids, texts))
 
 

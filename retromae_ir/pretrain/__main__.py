@@ -47,7 +47,7 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     """Validate cheaply (model type, max length, output dir and what it resumes), then load, tokenise and train."""
     model_name = model_args.model or default_model()
     check_config(model_name, data.max_length)
-    # a local start's weight files: one trained again in place is another start
+    # a local start's weight and tokenizer files: one trained again in place is another start
     identity = run_identity(model_args, data, masking, training, contrastive, method_args,
                             {"start_weights": checkpoint_key(model_name)})
     with exclusive_run(training, identity):

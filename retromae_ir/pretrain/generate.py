@@ -129,8 +129,8 @@ def text_digest(text: str) -> str:
 
 
 def generator_settings(generator) -> dict:
-    """A generator's model (by name, and a local folder's weight files by digest: a model trained again in place
-    keeps its path) and options (a dataclass's fields but the model objects), for the resume key."""
+    """A generator's model (by name, and a local folder's weight and tokenizer files by digest: a model trained
+    again in place keeps its path) and options (a dataclass's fields but the model objects), for the resume key."""
     if not is_dataclass(generator):
         return {"class": type(generator).__name__, "key": generator.key}
     options = {f.name: getattr(generator, f.name) for f in dataclass_fields(generator)

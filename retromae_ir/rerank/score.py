@@ -3,8 +3,9 @@
 The output is the input with ``positive_scores`` / ``negative_scores`` added (what ``--stage distill`` reads).
 Records are appended to ``OUTPUT.partial`` a chunk of queries at a time; a rerun continues after the last
 complete record, and the file is renamed to OUTPUT when every query is scored. A rerun continues only a partial file
-of the same inputs (``OUTPUT.partial.key.json``: the cross-encoder's weight files and max length, the input and
-corpus bytes); any other partial file is started over, so an output never mixes two models' or inputs' scores.
+of the same inputs (``OUTPUT.partial.key.json``: the cross-encoder's weight and tokenizer files and max length, the
+input and corpus bytes); any other partial file is started over, so an output never mixes two models' or inputs'
+scores.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def _completed(partial: Path) -> int:
 
 
 def score_key(model, args: ScoreArguments) -> dict:
-    """What the scores depend on: the cross-encoder's weight files and max length, the input and corpus bytes."""
+    """What the scores depend on: the cross-encoder's weight and tokenizer files and max length, the input and
+    corpus bytes."""
     return {"model_weights": checkpoint_key(model.args.model),
             "max_length": model.args.max_length, "input_sha256": file_digest(args.input),
             "corpus_sha256": file_digest(args.corpus) if args.corpus else None}

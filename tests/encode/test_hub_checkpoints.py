@@ -414,7 +414,7 @@ def test_a_hub_checkpoints_projection_is_used(offline_hub, tmp_path):
 
 
 def test_a_hub_checkpoints_revision_keys_the_index(offline_hub):
-    assert load_card("retromae").weight_digests()
+    assert load_card("retromae").checkpoint_digests()
 
 
 def test_a_fresh_process_finds_the_cache_from_the_environment_alone(hub_cache, tmp_path):

@@ -78,9 +78,9 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert table.count("| DupMAE pre-training: ") == 4 and table.count("| no pre-training (ablation): ") == 4
     assert "| BM25 flat (Pyserini) |" in table
     # the local --model is keyed by its weight files as well as its path (a folder trained again in place)
-    from retromae_ir.io import as_stored, weight_file_digests
+    from retromae_ir.io import as_stored, checkpoint_file_digests
 
-    assert ablation["0-start"]["settings"]["model_weights"] == as_stored(weight_file_digests(tiny_bert_dir))
+    assert ablation["0-start"]["settings"]["model_weights"] == as_stored(checkpoint_file_digests(tiny_bert_dir))
 
     commands = (output / "commands.log").stat().st_size
     chain_main(argv)  # everything done: nothing runs again, the results are unchanged

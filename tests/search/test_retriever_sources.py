@@ -133,6 +133,33 @@ def test_an_index_of_a_weight_file_since_deleted_is_not_current(tmp_path, tiny_b
     assert not retriever.index_is_current(tmp_path / "index", digests)
 
 
+def test_a_tokenizer_edited_in_place_is_encoded_again(tmp_path, tiny_bert_dir):
+    """Same weights, same card, a tokenizer setting changed in the checkpoint folder: the same text now becomes
+    other ids, so the old index is refused for search and encoded again (the digests used to cover weight files
+    only, and the old index was searched with the new tokenizer's queries)."""
+    import json
+
+    from retromae_ir.encode.manifest import IndexMismatchError
+    from retromae_ir.search.index import HybridIndex
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_bert_dir, checkpoint)
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {checkpoint}\nkind: cls-dense\ndims: 32\nmax_passage_length: 32\n")
+    index_dir = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, lucene=False).build_index(
+        CORPUS, "handful")
+    before = dense_vectors(index_dir)
+    config = checkpoint / "tokenizer_config.json"
+    settings = json.loads(config.read_text())
+    assert settings.get("do_lower_case", True)
+    config.write_text(json.dumps({**settings, "do_lower_case": False}))
+    with pytest.raises(IndexMismatchError, match="tokenizer_config.json differ"):
+        HybridIndex(index_dir, str(card))
+    EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, lucene=False).build_index(
+        CORPUS, "handful")
+    assert not np.allclose(dense_vectors(index_dir), before)  # cased ids: other vectors
+
+
 def test_unknown_weights_are_not_taken_for_other_weights(tmp_path, tiny_bert_dir, monkeypatch):
     """A hub name whose files are not in this host's cache has no digests ({}): that is not a change of weights,
     so an index built elsewhere is still searched; known, different digests are refused."""
@@ -142,11 +169,11 @@ def test_unknown_weights_are_not_taken_for_other_weights(tmp_path, tiny_bert_dir
     card_file = tmp_path / "tiny.yaml"
     card_file.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
     card = load_card(str(card_file))
-    manifest = {"fingerprint": card.fingerprint(), "card": card.to_dict(), "weights": card.weight_digests()}
+    manifest = {"fingerprint": card.fingerprint(), "card": card.to_dict(), "weights": card.checkpoint_digests()}
     check_card(manifest, card, "idx")
-    monkeypatch.setattr(EncoderCard, "weight_digests", lambda self: {})
+    monkeypatch.setattr(EncoderCard, "checkpoint_digests", lambda self: {})
     check_card(manifest, card, "idx")
-    monkeypatch.setattr(EncoderCard, "weight_digests", lambda self: {"model.safetensors": "0" * 64})
+    monkeypatch.setattr(EncoderCard, "checkpoint_digests", lambda self: {"model.safetensors": "0" * 64})
     with pytest.raises(IndexMismatchError, match="other weights"):
         check_card(manifest, card, "idx")
 
