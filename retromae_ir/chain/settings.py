@@ -71,10 +71,13 @@ def stage_settings(config: ChainConfig, name: str, inputs: dict, started: bool =
 
 def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str, verb: str = "made") -> None:
     """Refuse to continue a chain whose finished stages were made with other settings (or recorded none); with
-    ``verb`` "started", the same for stages begun (a training stage resumes from its checkpoints)."""
-    for name, entry in results.items():
+    ``verb`` "started", the same for stages begun (a training stage resumes from its checkpoints). The earliest
+    such stage in the pipeline is named, whatever order the file lists them in (a stage made again is listed last)."""
+    for name in results:
         if pipeline_stage(name) not in STAGES:
             raise ChainSettingsError(f"{where}: {name!r} is not a stage of the chain ({', '.join(STAGES)})")
+    for name in sorted(results, key=lambda name: STAGES.index(pipeline_stage(name))):
+        entry = results[name]
         expected = stage_settings(config, name, inputs, started=verb == "started")
         recorded = entry.get("settings")
         if recorded is None:

@@ -1,13 +1,16 @@
 """The chain's stages: pre-training -> stage 1 -> mining -> stage 2 -> cross-encoder -> soft labels -> distillation,
 each through the project's own command (``python -m retromae_ir.{pretrain,mine,finetune,rerank}``) in a
-subprocess, each skipped when its output exists (an interrupted chain continues where it stopped). Every fine-tuned
+subprocess, each skipped while its output and the earlier outputs it read are the ones recorded (an interrupted chain
+continues where it stopped; a stage whose inputs were made again is made again). Every fine-tuned
 checkpoint is encoded once and searched dense-only, sparse-only and hybrid (exact Eq. 12) on the test split and
 the dev split held out of the training queries; ``results.json`` records metrics and wall seconds per stage.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +54,29 @@ def grad_cache_flags(config: ChainConfig, group: int) -> list[str]:
     return ["--grad-cache-chunk", str(max(1, config.chunk_passages // group))]
 
 
+def artifact_digest(path: Path) -> dict | str:
+    """What a stage's output (or an input it reads) is keyed by, wherever the chain's folder lies: a card by its
+    fields but the checkpoint's path, and its checkpoint's files (weights, config, tokenizer); a checkpoint folder
+    (or its ``config.json``) by those files; any other file by its bytes."""
+    from retromae_ir.encode.cards import load_card
+
+    path = Path(path)
+    if path.suffix == ".yaml":
+        fields = yaml.safe_load(path.read_text()) or {}
+        kept = {key: value for key, value in fields.items() if key not in ("checkpoint", "name", "description")}
+        return {"card": hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest(),
+                "checkpoint": checkpoint_key(load_card(path).checkpoint_path())}
+    if path.name == "config.json":
+        path = path.parent
+    return file_digest(path) if path.is_file() else checkpoint_key(path)  # a folder, or a hub name (a teacher)
+
+
+def artifact_label(path: Path) -> str:
+    """An input's name in a stage's record: the file's, or the stage folder's for its card."""
+    path = Path(path)
+    return f"{path.parent.name}/{path.name}" if path.name in ("card.yaml", "config.json") else path.name
+
+
 class Chain:
     """The chain (with DupMAE pre-training unless the configuration says not); results.json in ``output`` records
     metrics and wall time per stage."""
@@ -81,26 +107,64 @@ class Chain:
 
         train_qrels, self.dev_qrels = carve_dev_split(folder / "qrels" / "train.tsv", config.dev_queries,
                                                       output / "splits")
-        self.train = ["--queries", str(folder / "queries.jsonl"), "--qrels", str(train_qrels)]
+        self.train_files = (folder / "queries.jsonl", train_qrels)
+        self.train = ["--queries", str(self.train_files[0]), "--qrels", str(self.train_files[1])]
         self.log_file = output / "commands.log"
         self.index_root = output / "indexes"
 
-    def timed(self, name: str, done: Path, run) -> Path:
-        """Run a stage unless ``done`` exists and results.json records it (an output without a record is one whose
-        run was killed before the record: made under settings nobody checked, so it is made again; training
-        resumes from its checkpoints, under the settings check of started.json); its wall time goes into
-        results.json."""
-        if not done.exists() or name not in self.results:
+    def timed(self, name: str, done: Path, run, inputs: tuple[Path, ...] = ()) -> Path:
+        """Run a stage unless ``done`` exists and results.json records it as made from these ``inputs`` (the
+        chain's earlier outputs it reads) into this very output, both by digest (``artifact_digest``). A stage
+        without a record (interrupted, or killed before its record: made under settings nobody checked) is run,
+        a training stage resuming from its checkpoints under the settings check of started.json. A finished stage
+        whose output was deleted or replaced by hand, or whose inputs were made again (a stage 1 trained anew would
+        otherwise keep the negatives mined with the old one), is made again from scratch, its old metrics dropped
+        (they would stand beside the new weights). The wall time goes into results.json."""
+        made_from = as_stored({artifact_label(path): artifact_digest(path) for path in inputs})
+        stale = self.stale(name, done, made_from)
+        if stale:
+            if name in self.results:  # a finished stage made again: from scratch, never resumed from its checkpoints
+                log.info("%s is made again: %s", name, stale)
+                self.discard(name, done)
             if done.parent != self.output:  # a stage folder: a training stage resumes from its checkpoints there
-                folder = done.parent.relative_to(self.output) if done.parent.is_relative_to(self.output) else done.parent
+                folder = done.parent
+                folder = folder.relative_to(self.output) if folder.is_relative_to(self.output) else folder
                 self.started[name] = {"settings": stage_settings(self.config, name, self.inputs, started=True),
                                       "folder": str(folder)}  # relative: an output copied elsewhere holds its own
                 with atomic_write(self.started_path) as handle:
                     json.dump(self.started, handle, indent=2)
             start = time.time()
             run()
-            self.record(name, wall_s=round(time.time() - start, 1))
+            self.record(name, wall_s=round(time.time() - start, 1), inputs=made_from,
+                        output=as_stored(artifact_digest(done)))
         return done
+
+    def discard(self, name: str, done: Path) -> None:
+        """Drop a finished stage's record (metrics included) and its output: its stage folder, or its file."""
+        self.results.pop(name)
+        with atomic_write(self.results_path) as handle:
+            json.dump(self.results, handle, indent=2)
+        if done.parent != self.output and done.parent.is_relative_to(self.output):
+            shutil.rmtree(done.parent, ignore_errors=True)
+        else:
+            done.unlink(missing_ok=True)
+
+    def stale(self, name: str, done: Path, inputs: dict) -> str | None:
+        """Why the stage must be made (again), or None when its recorded output stands."""
+        entry = self.results.get(name)
+        if not done.exists():
+            return f"{done} is missing"
+        if entry is None:
+            return "its output has no record"
+        if "output" not in entry:
+            return "recorded by an older retromae_ir, without its inputs' and output's digests"
+        changed = sorted(label for label in set(inputs) | set(entry["inputs"])
+                         if inputs.get(label) != entry["inputs"].get(label))
+        if changed:
+            return f"made from other {', '.join(changed)}"
+        if entry["output"] != as_stored(artifact_digest(done)):
+            return f"{done} was changed since it was made"
+        return None
 
     def record(self, name: str, **values) -> None:
         """Add ``values`` to the stage's results.json entry, with the settings that made it."""
@@ -143,7 +207,7 @@ class Chain:
         self.timed("0-pretrain", out / "config.json", lambda: command(
             "retromae_ir.pretrain", "--method", "dupmae", *model, "--corpus", str(self.corpus),
             "--max-length", str(c.pretrain_length), "--batch-size", str(c.pretrain_batch), "--lr", "1e-4",
-            *self.flags(out, c.pretrain_steps), log_file=self.log_file))
+            *self.flags(out, c.pretrain_steps), log_file=self.log_file), inputs=(self.corpus,))
         return self.start_card("0-pretrain", out.resolve())
 
     def start_checkpoint(self) -> str:
@@ -200,7 +264,8 @@ class Chain:
             "retromae_ir.mine", "--retriever", retriever, "--corpus", str(self.corpus), *self.train,
             "--output", str(out), "--min-rank", "3", "--max-rank", str(c.max_rank), "--negatives", str(c.negatives),
             "--index-root", str(self.index_root), *(["--index-name", index_name] if index_name else []),
-            *([] if self.lucene else ["--no-lucene"]), log_file=self.log_file))
+            *([] if self.lucene else ["--no-lucene"]), log_file=self.log_file),
+            inputs=(*([] if retriever == "bm25" else [Path(retriever)]), self.corpus, *self.train_files))
 
     def finetune(self, name: str, stage: str, card: Path, data: Path | list[str], group: int) -> Path:
         """A fine-tuning stage on ``data``: a training file (mined negatives, soft labels) or qrels flags."""
@@ -211,6 +276,7 @@ class Chain:
                   str(c.sparse_temperature)] if c.sparse_loss_weight > 0 else [])
         terms += ["--dense-loss-weight", str(c.dense_loss_weight)] if c.dense_loss_weight > 0 else []
         dropout = ["--attention-dropout", str(c.attention_dropout)] if c.attention_dropout >= 0 else []
+        files = self.train_files if isinstance(data, list) else (data,)
         data = data if isinstance(data, list) else ["--train", str(data)]
         self.timed(name, out / "card.yaml", lambda: command(
             "retromae_ir.finetune", "--stage", stage, "--encoder", str(card), *data,
@@ -218,7 +284,7 @@ class Chain:
             "--lr", str(c.stage_lr(stage)), *calibrate, *terms, *dropout,
             *grad_cache_flags(c, group),
             *self.flags(out, c.steps, c.stage_epochs(stage)),
-            log_file=self.log_file))
+            log_file=self.log_file), inputs=(card, self.corpus, *files))
         return out / "card.yaml"
 
     def cross_encoder(self, negatives: Path) -> Path:
@@ -228,7 +294,8 @@ class Chain:
         self.timed("4-cross-encoder", out / "config.json", lambda: command(
             "retromae_ir.rerank", "train", *model, "--train", str(negatives), "--corpus", str(self.corpus),
             "--group-size", str(c.group), "--batch-size", str(c.ce_batch), "--max-length", str(c.ce_length),
-            "--lr", str(c.ce_lr), *self.flags(out, c.ce_steps), log_file=self.log_file))
+            "--lr", str(c.ce_lr), *self.flags(out, c.ce_steps), log_file=self.log_file),
+            inputs=(negatives, self.corpus))
         return out
 
     def soft_labels(self, teacher: Path | str, negatives: Path) -> Path:
@@ -236,7 +303,7 @@ class Chain:
         return self.timed("5-soft-labels", scored, lambda: command(
             "retromae_ir.rerank", "score", "--model", str(teacher), "--input", str(negatives),
             "--corpus", str(self.corpus), "--output", str(scored), "--max-length", str(self.config.ce_length),
-            log_file=self.log_file))
+            log_file=self.log_file), inputs=(Path(teacher), negatives, self.corpus))
 
     def card_retrievers(self, card: Path) -> dict:
         """One retriever per mode over the same index: the corpus is encoded once for all three."""

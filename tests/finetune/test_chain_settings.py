@@ -208,20 +208,39 @@ def test_an_interrupted_pretraining_resumes_whatever_the_start_evaluation_settin
 
 def test_a_stage_output_without_a_record_is_made_again(tmp_path):
     """A stage whose output exists but results.json does not record it (killed between writing the output and the
-    record, e.g. mined negatives) is run again, under this run's settings, instead of being reused unchecked."""
+    record, e.g. mined negatives) is run again, under this run's settings, instead of being reused unchecked. A
+    recorded one is made again from scratch, its old entry dropped, when its output was changed by hand or an input
+    it read was made again; otherwise it is reused."""
     from types import SimpleNamespace
 
     from retromae_ir.chain.stages import Chain
 
-    done = tmp_path / "1-bm25-negatives.jsonl"
+    done, source = tmp_path / "2-mined-negatives.jsonl", tmp_path / "stage1.jsonl"
     done.write_text("negatives mined with other settings\n")
+    source.write_text("stage 1\n")
     runs = []
-    chain = SimpleNamespace(output=tmp_path, results={},
-                            record=lambda name, **values: chain.results.setdefault(name, {}).update(values))
-    Chain.timed(chain, "1-bm25-negatives", done, lambda: runs.append(done.write_text("mined again\n")))
-    assert len(runs) == 1 and done.read_text() == "mined again\n" and "wall_s" in chain.results["1-bm25-negatives"]
-    Chain.timed(chain, "1-bm25-negatives", done, lambda: runs.append("again"))  # recorded now: reused
+    chain = SimpleNamespace(output=tmp_path, results={}, results_path=tmp_path / "results.json",
+                            record=lambda name, **values: chain.results.setdefault(name, {}).update(values),
+                            stale=lambda *args: Chain.stale(chain, *args),
+                            discard=lambda *args: Chain.discard(chain, *args))
+
+    def mine(text):
+        return lambda: runs.append(done.write_text(text))
+
+    Chain.timed(chain, "2-mined-negatives", done, mine("mined\n"), inputs=(source,))
+    assert len(runs) == 1 and done.read_text() == "mined\n" and "wall_s" in chain.results["2-mined-negatives"]
+    Chain.timed(chain, "2-mined-negatives", done, mine("again\n"), inputs=(source,))  # recorded now: reused
     assert len(runs) == 1
+    chain.results["2-mined-negatives"]["dense"] = {"ndcg@10": -1.0}  # a metric of the old output
+    done.write_text("edited by hand\n")
+    Chain.timed(chain, "2-mined-negatives", done, mine("mined\n"), inputs=(source,))
+    assert len(runs) == 2 and "dense" not in chain.results["2-mined-negatives"]
+    source.write_text("stage 1 trained again\n")
+    assert Chain.stale(chain, "2-mined-negatives", done, {"stage1.jsonl": "x"}) == "made from other stage1.jsonl"
+    Chain.timed(chain, "2-mined-negatives", done, mine("mined from the new stage 1\n"), inputs=(source,))
+    assert len(runs) == 3 and done.read_text() == "mined from the new stage 1\n"
+    Chain.timed(chain, "2-mined-negatives", done, mine("again\n"), inputs=(source,))
+    assert len(runs) == 3
 
 
 def test_a_given_pretraining_is_started_from_and_never_trained(tmp_path):

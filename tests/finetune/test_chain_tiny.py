@@ -88,6 +88,35 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert json.loads((output / "results.json").read_text()) == main
     assert main["2-stage2"]["settings"]["group"] == 2 and main["3-distill"]["settings"]["distill_lr"] == 2e-5
 
+    # a stage folder deleted by hand: the stage is made again and evaluated again (its old metrics used to stay,
+    # reported beside the new weights); stage 2's digest is recorded, so an equal re-made one keeps distillation
+    results = json.loads((output / "results.json").read_text())
+    results["2-stage2"]["hybrid"]["ndcg@10"] = -1.0  # a mark: an old figure that must not survive
+    (output / "results.json").write_text(json.dumps(results))
+    shutil.rmtree(output / "2-stage2")
+    chain_main(argv)
+    again = json.loads((output / "results.json").read_text())
+    assert 0.0 <= again["2-stage2"]["hybrid"]["ndcg@10"] <= 1.0
+    assert again["2-stage2"]["output"] == main["2-stage2"]["output"]  # same settings, same seed: the same weights
+    assert again["3-distill"] == main["3-distill"]
+    # an input made again with other contents: every stage that reads it is made again, from scratch
+    rows = (output / "5-soft-labels.jsonl").read_text().splitlines()
+    (output / "5-soft-labels.jsonl").write_text("\n".join(rows[:-1]) + "\n")
+    results = json.loads((output / "results.json").read_text())
+    results["5-soft-labels"]["output"] = chain.artifact_digest(output / "5-soft-labels.jsonl")
+    results["3-distill"]["hybrid"]["ndcg@10"] = -1.0
+    (output / "results.json").write_text(json.dumps(results))
+    distilled = (output / "chain.log").stat().st_size
+    chain_main(argv)
+    with open(output / "chain.log") as log:
+        log.seek(distilled)
+        rerun = log.read()
+    assert "3-distill is made again: made from other 5-soft-labels.jsonl" in rerun
+    assert rerun.count("--stage distill") == 1 and "--stage 2" not in rerun and " score --model" not in rerun
+    assert 0.0 <= json.loads((output / "results.json").read_text())["3-distill"]["hybrid"]["ndcg@10"] <= 1.0
+    main = json.loads((output / "results.json").read_text())
+    commands = (output / "commands.log").stat().st_size
+
     # other settings for finished stages: refused before anything runs, naming the stage and the field
     with pytest.raises(SystemExit) as refused:
         chain_main([*argv, "lr=1e-4"])
