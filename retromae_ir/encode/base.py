@@ -122,6 +122,7 @@ class EncoderModel(torch.nn.Module):
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = model.to(device).eval()
         model.bf16 = bf16 if bf16 is not None else bf16_is_fast(model.device)
+        model._trim_for_inference()
         return model
 
     def quantize_int8(self) -> "EncoderModel":
@@ -182,6 +183,9 @@ class EncoderModel(torch.nn.Module):
     def compile_frozen(self) -> "EncoderModel":
         """:meth:`compile_backbone` with inductor (``--compile``)."""
         return self.compile_backbone("inductor")
+
+    def _trim_for_inference(self) -> None:
+        """Drop work whose result the representation never reads (nothing here); training never calls this."""
 
     def _pack_outside_backbone(self) -> None:
         """Pre-pack layers that run outside the compiled transformer (none here)."""

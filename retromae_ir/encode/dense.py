@@ -4,6 +4,7 @@ from __future__ import annotations
 from transformers import AutoModel, AutoTokenizer
 
 from retromae_ir.encode.base import EncoderModel, load_projection
+from retromae_ir.encode.first_token import first_token_only
 from retromae_ir.encode.representation import pool
 
 
@@ -23,6 +24,11 @@ class DenseEncoderModel(EncoderModel):
 
     def _backbone(self):
         return self, "backbone"
+
+    def _trim_for_inference(self):
+        """[CLS] pooling reads one row of the last layer: compute that row only (:mod:`first_token`)."""
+        if self.card.pooling == "cls":
+            first_token_only(getattr(self.backbone, "encoder", None))
 
     def represent(self, input_ids, attention_mask, k=None):
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
