@@ -77,11 +77,13 @@ def main(argv=None) -> int:
 
 
 def flops(model, texts: list[str], model_flops_per_doc, token_counts) -> float:
-    """The encode benchmark's count (``encode_search.model_flops_per_doc``): the encoder's matmuls, plus the MLM
-    head over the ordinary tokens for a model with one (DupMAE)."""
+    """The encode benchmark's count of the work that runs (``encode_search.model_flops_per_doc``): the encoder's
+    matmuls (the last layer's first row only for a [CLS]-pooled dense card), plus the MLM head over the ordinary
+    tokens for a model with one (DupMAE)."""
     tokens, ordinary = token_counts(model.tokenizer, texts, model.card.max_passage_length)
     head = hasattr(model, "lm_head")
-    return float(model_flops_per_doc(model.backbone_config, tokens, head, ordinary if head else None).sum())
+    return float(model_flops_per_doc(model.backbone_config, tokens, head, ordinary if head else None,
+                                     first_token_last_layer=model.first_token_last_layer).sum())
 
 
 if __name__ == "__main__":

@@ -127,14 +127,20 @@ def gflops(product, flops: int, device: str, seconds: float) -> float:
     return flops * repeats / best / 1e9
 
 
-def model_flops_per_doc(config, tokens: np.ndarray, lm_head: bool, head_tokens: np.ndarray | None = None) -> np.ndarray:
+def model_flops_per_doc(config, tokens: np.ndarray, lm_head: bool, head_tokens: np.ndarray | None = None,
+                        first_token_last_layer: bool = False) -> np.ndarray:
     """Forward FLOPs of a BERT encoder for documents of ``tokens`` tokens, plus its MLM head over ``head_tokens``
-    of them (all ``tokens`` when None; ours runs it on the ordinary tokens only) when ``lm_head``."""
+    of them (all ``tokens`` when None; ours runs it on the ordinary tokens only) when ``lm_head``. The work that
+    runs: with ``first_token_last_layer`` (our [CLS]-pooled dense cards, ``encode/first_token.py``) the last
+    layer's keys and values are computed for every token, its query, attention, output and FFN for the first."""
     d, f, layers, vocab = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
-    per_token = 2 * layers * (4 * d * d + 2 * d * f)
-    attention = 2 * layers * 2 * tokens * d  # QK^T and AV, per token
+    projections = 2 * (4 * d * d + 2 * d * f)  # per token and layer: Q, K, V, O and the FFN
+    attention = 2 * 2 * tokens * d  # per query token and layer: QK^T and AV
+    body = tokens * layers * (projections + attention)
+    if first_token_last_layer:
+        body = body - (tokens - 1) * (projections - 2 * 2 * d * d + attention)
     head = 2 * (d * d + d * vocab) * (tokens if head_tokens is None else head_tokens) if lm_head else 0
-    return tokens * per_token + head + tokens * attention
+    return body + head
 
 
 def token_counts(tokenizer, texts: list[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -291,14 +297,18 @@ def encode_benchmark(args) -> dict:
     def ours_run(model):
         return lambda docs: model.encode_passage(docs, 64)
 
-    # name -> (run over a list of texts, LM head over: None, "all" tokens or the "ordinary" ones)
+    def work(model):  # which count of ``flops`` below is the work our model runs
+        return "ordinary" if hasattr(model, "lm_head") else "first token" if model.first_token_last_layer else None
+
+    # name -> (run over a list of texts, the count of its work: None (the encoder), "first token" (the encoder
+    # with the last layer's first row only), the LM head over "all" tokens or the "ordinary" ones)
     systems = {PYSERINI_DENSE: (pyserini_loop(pyserini), None),
                PYSERINI_SPLADE: (pyserini_loop(splade), "all"),
-               OURS_DENSE: (ours_run(ours["minilm-cls"]), None),
-               OURS_DUPMAE: (ours_run(ours["dupmae-minilm"]), "ordinary"),
+               OURS_DENSE: (ours_run(ours["minilm-cls"]), work(ours["minilm-cls"])),
+               OURS_DUPMAE: (ours_run(ours["dupmae-minilm"]), work(ours["dupmae-minilm"])),
                OURS_DUPMAE_NAIVE: (naive_max_pool, "all")}
     if int8:
-        systems.update({OURS_DENSE_INT8: (ours_run(int8["minilm-cls"]), None),
+        systems.update({OURS_DENSE_INT8: (ours_run(int8["minilm-cls"]), work(int8["minilm-cls"])),
                         OURS_DUPMAE_INT8: (ours_run(int8["dupmae-minilm"]), "ordinary")})
     backends = {"inductor": (OURS_DENSE_COMPILED, OURS_DUPMAE_COMPILED)}
     if torch.device(device).type == "cpu":  # OpenVINO's CPU plugin
@@ -310,7 +320,7 @@ def encode_benchmark(args) -> dict:
             start = clock(device)  # conversion or compilation is paid once, before the clock (reported apart)
             model.compile_backbone(backend).encode_passage(texts[:64], 64)
             compile_s[f"{name} --compile {backend}"] = clock(device) - start
-            systems[system] = (ours_run(model), "ordinary" if hasattr(model, "lm_head") else None)
+            systems[system] = (ours_run(model), work(model))
     splade_model_only = PYSERINI_SPLADE.replace("(sparse)", "(sparse, without its dict output)")
     best = {name: float("inf") for name in [*systems, splade_model_only]}
     label = f"[{device} {dtype}]"
@@ -335,6 +345,7 @@ def encode_benchmark(args) -> dict:
     tokens, ordinary = token_counts(ours["dupmae-minilm"].tokenizer, texts, 256)
     config = AutoConfig.from_pretrained(minilm)
     flops = {None: model_flops_per_doc(config, tokens, False).sum(),
+             "first token": model_flops_per_doc(config, tokens, False, first_token_last_layer=True).sum(),
              "all": model_flops_per_doc(config, tokens, True).sum(),
              "ordinary": model_flops_per_doc(config, tokens, True, ordinary).sum()}
     heads = {**{name: head for name, (_, head) in systems.items()}, splade_model_only: "all"}

@@ -90,3 +90,19 @@ def test_splade_logits_become_fp32_where_autocast_keeps_log_in_bf16(encode_searc
     head = Head()
     encode_search.fp32_logits(head)
     assert head(input_ids=torch.ones(2, 3))["logits"].dtype == torch.float32
+
+
+def test_the_flop_count_is_the_work_that_runs():
+    """``model_flops_per_doc`` by hand on a toy encoder (d 4, FFN 8, 2 layers, 3 tokens): per token and layer the
+    projections are 2 (4 d^2 + 2 d f) = 256 FLOPs and attention 2 * 2 * 3 d = 48. Trimmed to the first token, the
+    last layer keeps K and V for 3 tokens (192), Q, O and the FFN for one (192) and one attention row (48)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    config = SimpleNamespace(hidden_size=4, intermediate_size=8, num_hidden_layers=2, vocab_size=10)
+    count = load_script("encode_search").model_flops_per_doc
+    tokens = np.array([3])
+    assert count(config, tokens, False).tolist() == [2 * 3 * (256 + 48)]
+    assert count(config, tokens, False, first_token_last_layer=True).tolist() == [3 * (256 + 48) + 192 + 192 + 48]
+    assert count(config, tokens, True, np.array([1])).tolist() == [2 * 3 * (256 + 48) + 2 * (16 + 40)]

@@ -106,6 +106,7 @@ class EncoderModel(torch.nn.Module):
         self.int8 = False
         self.compiled: str | None = None  # the compile backend (COMPILE_BACKENDS) the transformer runs under
         self.batch_tokens: int | None | str = "auto"  # the token cap per forward pass: see max_batch_tokens
+        self.first_token_last_layer = False  # the last layer computed for the first position only (first_token.py)
         self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
 
     @classmethod

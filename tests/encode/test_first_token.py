@@ -30,7 +30,7 @@ def test_the_first_row_equals_the_full_layer(cls_card, attention):
     full = full_model(cls_card, attention)
     trimmed = EncoderModel.from_card(cls_card, device="cpu")
     trimmed.backbone.config._attn_implementation = attention
-    assert isinstance(trimmed.backbone.encoder.layer[-1], FirstTokenLayer)
+    assert isinstance(trimmed.backbone.encoder.layer[-1], FirstTokenLayer) and trimmed.first_token_last_layer
     assert not isinstance(trimmed.backbone.encoder.layer[0], FirstTokenLayer)
     assert trimmed.backbone.state_dict().keys() == full.backbone.state_dict().keys()
     for batch_size in (4, 1):  # padded batches, and single documents without padding
@@ -57,6 +57,7 @@ def test_only_cls_pooled_dense_cards_are_trimmed(tiny_bert_dir, tmp_path):
         card.write_text(f"checkpoint: {tiny_bert_dir}\ndims: 32\n{fields}\n")
         model = EncoderModel.from_card(str(card), device="cpu")
         assert not any(isinstance(module, FirstTokenLayer) for module in model.modules())
+        assert not model.first_token_last_layer
 
 
 def test_other_layers_are_left_alone():
