@@ -9,15 +9,18 @@ grown the heap; here an encoder pays its own page faults, as it does in the CLI.
     .venv/bin/python benchmarks/encode_alone.py --encoder dupmae-minilm --compile
     .venv/bin/python benchmarks/encode_alone.py --encoder minilm-cls --compile
     .venv/bin/python benchmarks/encode_alone.py --encoder minilm-cls --compile openvino
+    .venv/bin/python benchmarks/encode_alone.py --encoder minilm-cls --compile openvino --full-last-layer
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import resource
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -35,18 +38,23 @@ def main(argv=None) -> int:
     parser.add_argument("--slices", type=int, default=3, help="fresh slices, before the first is encoded again")
     parser.add_argument("--threads", type=int, default=2)
     add_compile_argument(parser)  # EncoderModel.compile_backbone
+    parser.add_argument("--full-last-layer", action="store_true",
+                        help="keep every row of a [CLS]-pooled dense card's last layer (as before first_token.py)")
     args = parser.parse_args(argv)
     if args.slice < 1 or args.slices < 1:
         parser.error("--slice and --slices must be at least 1")
     from encode_search import matmul_ceiling, model_flops_per_doc, token_counts  # benchmarks/ is on sys.path
 
-    from retromae_ir.encode.base import EncoderModel
+    from retromae_ir.encode import MODEL_CLASSES, EncoderModel, load_card
 
     logging.disable(logging.WARNING)  # the packaged MiniLM's missing-MLM-head report
     ceiling = matmul_ceiling(args.threads, dtypes=("fp32",))["fp32"]
     torch.set_num_threads(args.threads)
     texts = [f"{row['title']} {row['text']}" for row in map(json.loads, args.corpus.open())]
-    model = EncoderModel.from_card(args.encoder, device="cpu", bf16=False)
+    model_class = MODEL_CLASSES[load_card(args.encoder).kind]
+    with (mock.patch.object(model_class, "_trim_for_inference", lambda self: None) if args.full_last_layer
+          else contextlib.nullcontext()):
+        model = EncoderModel.from_card(args.encoder, device="cpu", bf16=False)
     if args.compile:
         model.compile_backbone(args.compile)
     warm = texts[-64:]  # compilation and the first batch, on documents no slice holds
@@ -65,6 +73,7 @@ def main(argv=None) -> int:
                      "minor_page_faults": after.ru_minflt - before.ru_minflt})
         print(json.dumps(rows[-1]), flush=True)
     compiled = f" --compile {args.compile}" if args.compile else ""
+    compiled += " --full-last-layer" if args.full_last_layer else ""
     print(f"\n{args.encoder}{compiled}, fp32, {args.threads} threads; fp32 ceiling "
           f"{ceiling:.1f} GFLOP/s")
     print("| documents | shapes | docs/s | of the ceiling | user s | system s | minor page faults |")
