@@ -576,7 +576,10 @@ def main(argv=None) -> int:
         results["search"] = search_benchmark(args)
     if "sizes" not in args.skip:
         results["sizes"] = index_sizes(args.index)
-    (args.work / "results.json").write_text(json.dumps(results, indent=2))
+    from retromae_ir.io import atomic_write
+
+    with atomic_write(args.work / "results.json") as out:
+        json.dump(results, out, indent=2)
     print(json.dumps(results, indent=2))
     if "encode" in results:
         print(encode_table(results["encode"]))

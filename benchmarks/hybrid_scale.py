@@ -189,6 +189,14 @@ def card_text(args) -> str:
             f"description: benchmarks/hybrid_scale.py synthetic documents\n")
 
 
+def write_json(path: Path, data: dict) -> None:
+    """``data`` as JSON at ``path``, atomically: a killed run leaves the old file or none, never half of one."""
+    from retromae_ir.io import atomic_write
+
+    with atomic_write(path) as out:
+        json.dump(data, out, indent=1)
+
+
 def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
 
@@ -240,7 +248,7 @@ def build(args) -> dict:
     info = {"settings": settings, "timings": timings, "bytes": sizes,
             "bytes_per_doc": {key: value / args.docs for key, value in sizes.items()},
             "postings_per_doc": postings / args.docs, "ot_store_bytes_per_posting": sizes["ot_store"] / postings}
-    done.write_text(json.dumps(info, indent=1))
+    write_json(done, info)  # the build's "done" marker: whole or absent
     return info
 
 
@@ -388,7 +396,7 @@ def run_phase(args) -> None:
     memory = Memory()
     result = PHASES[args.phase](args, memory)
     result["memory"] = memory.report()
-    (args.work / f"phase-{args.phase}.json").write_text(json.dumps(result))
+    write_json(args.work / f"phase-{args.phase}.json", result)
 
 
 def agreement(top10s, reference) -> dict:
@@ -454,7 +462,7 @@ def main(argv=None) -> int:
                 run.update(agreement(run["top10"], results["brute"]["top10"]))
             run.pop("top10")
     results.get("brute", {}).pop("top10", None)
-    (args.work / "results.json").write_text(json.dumps(results, indent=1))
+    write_json(args.work / "results.json", results)
     print(table(args, results))
     return 0
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from retromae_ir.evaluate import evaluate_run  # noqa: E402
 from retromae_ir.evaluate.beir_suite import judged_queries  # noqa: E402
+from retromae_ir.io import atomic_write  # noqa: E402
 from retromae_ir.search.retriever import EncoderRetriever  # noqa: E402
 
 METRICS = ("ndcg@10", "recall@100")
@@ -54,9 +55,13 @@ def measure(card: str, modes: list[str], folder: Path, index_root: Path, name: s
     retrievers = {mode: EncoderRetriever(card, mode=mode, index_root=index_root, hits=100, lucene=lucene,
                                         device=device, **retriever_options(precision))
                   for mode in modes}
+    manifest = index_root / retrievers[modes[0]].card.name / index_name / "manifest.json"
+    before = manifest.read_text() if manifest.is_file() else None
     start = time.time()
     retrievers[modes[0]].build_index(folder / "corpus.jsonl", index_name)
-    result = {"index": index_name, "build_wall_s": round(time.time() - start, 1)}
+    seconds = round(time.time() - start, 1)
+    reused = before is not None and manifest.read_text() == before  # an index reused: no build time to report
+    result = {"index": index_name, **({"reused": True} if reused else {"build_wall_s": seconds})}
     for mode, retriever in retrievers.items():
         run = retriever.retrieve(folder / "corpus.jsonl", index_name, queries)
         result[mode] = evaluate_run(run, qrels, METRICS)
@@ -100,7 +105,8 @@ def main(argv=None) -> int:
         print(precision, args.device, json.dumps(results[precision]), flush=True)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=2))
+        with atomic_write(args.output) as out:
+            json.dump(results, out, indent=2)
     return 0
 
 

@@ -4,7 +4,7 @@ Thin front end over :mod:`retromae_ir.evaluate.beir_suite`: writes ``runs/<retri
 an encoder card, ``runs/<card>/``; ``runs/<card>-<mode>/`` for a non-default search mode), a results table
 (markdown + CSV), a bar chart and a log. Datasets whose run file exists are re-scored, not re-run, unless
 ``--force``; an encoded corpus is reused while the card and the corpus are unchanged. Datasets that cannot be
-resolved are listed with the reason. A dataset that gives no valid result (malformed files, an empty corpus, no
+resolved are listed with the reason (an error, exit 2, for one named by ``--datasets``). A dataset that gives no valid result (malformed files, an empty corpus, no
 hits at all) is an ``error:`` line naming its file and line, and makes the exit status 2 (the other datasets'
 results are kept); so does evaluating nothing, which leaves no runs folder behind. The runs folder and the index
 folder are locked for the whole run: a second driver writing either exits at once with status 2.
@@ -27,7 +27,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = add_debug_flag(argparse.ArgumentParser(prog="eval/beir_all.py", description=__doc__.split("\n")[0]))
     add_retriever_arguments(parser)
     parser.add_argument("--datasets", nargs="+", choices=list(BEIR_DATASETS), metavar="NAME",
-                        help="default: all 18 (those that cannot be resolved are listed, not fatal)")
+                        help="default: all 18 (those that cannot be resolved are listed, not fatal); a dataset "
+                             "named here that cannot be resolved is an error (exit 2)")
     parser.add_argument("--data-dir", type=Path, help="folder holding <dataset>/corpus.jsonl; when given, the only "
                         "place looked in (default: $RETROMAE_IR_DATA, then the cache, then a download)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="runs go to RUNS_DIR/<retriever>/")
@@ -46,12 +47,13 @@ def main(argv=None) -> int:
 
 
 def evaluate(args: argparse.Namespace, retriever, out_dir: Path) -> int:
-    """Run the suite with the locks held; 2 when a dataset failed, ``EvaluationError`` when none was evaluated
-    (each failed or missing dataset first gets an ``error:`` line), else 0."""
+    """Run the suite with the locks held; 2 when a dataset failed, or was named by ``--datasets`` and could not be
+    resolved (a table without it is not the one asked for), ``EvaluationError`` when none was evaluated (each
+    failed or missing dataset first gets an ``error:`` line), else 0."""
     suite = BeirSuite(retriever, out_dir, args.data_dir, force=args.force, download=not args.no_download)
     results = suite.run(args.datasets)
     evaluated = any(r.evaluated for r in results)
-    failed = [r for r in results if r.status == "failed"]
+    failed = [r for r in results if r.status == "failed" or (args.datasets and r.status == "missing")]
     if evaluated:
         frame = write_results(results, retriever.name, out_dir)
         print(format_markdown(frame))

@@ -132,12 +132,19 @@ class BM25Searcher:
 class BM25Retriever:
     """BM25 as an evaluation-suite retriever: one index per corpus under ``index_root``, built on first use."""
 
-    name = "bm25"
-
     def __init__(self, index_root: Path, params: BM25Params = BM25Params(), threads: int = 2):
         self.index_root = Path(index_root)
         self.params = params
         self.threads = threads
+
+    @property
+    def name(self) -> str:
+        """``bm25`` under Pyserini's BEIR flat k1 and b, else ``bm25-k1_<k1>-b_<b>``: the runs folder and tables of
+        other parameters never replace the defaults' (``runs/bm25/``, which the README cites)."""
+        default = BM25Params()
+        if (self.params.k1, self.params.b) == (default.k1, default.b):
+            return "bm25"
+        return f"bm25-k1_{self.params.k1:g}-b_{self.params.b:g}"
 
     def run_key(self, corpus: Path) -> dict:
         """What its runs depend on besides the queries: the parameters and the corpus bytes."""

@@ -43,6 +43,9 @@ class MiningArguments:
     mode: str | None = field(default=None, metadata={"help": "card retrievers: hybrid, dense or sparse "
                                                              "(default: hybrid for DupMAE cards, else dense)"})
     threads: int = field(default=2)
+    dtype: str = field(default="auto", metadata={
+        "help": "card retrievers: bf16 autocast or fp32; auto = bf16 where the hardware runs it natively, as "
+                "`encode corpus --dtype auto`. An index of another precision is encoded again"})
     no_lucene: bool = field(default=False, metadata={"help": "card retrievers: build the index without its Lucene "
                                                               "impact index (a host without Java)"})
 
@@ -51,6 +54,8 @@ class MiningArguments:
             raise ValueError(f"need 1 <= --min-rank <= --max-rank, got {self.min_rank}..{self.max_rank}")
         if self.negatives < 1:
             raise ValueError(f"--negatives must be >= 1, got {self.negatives}")
+        if self.dtype not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"--dtype must be auto, bf16 or fp32, got {self.dtype!r}")
 
 
 def sample_negatives(ranking: list[str], positives: set[str], min_rank: int, max_rank: int, count: int,
@@ -94,7 +99,8 @@ def retrieve(args: MiningArguments, queries: dict[str, str]) -> dict[str, dict[s
     from retromae_ir.search.retriever import EncoderRetriever
 
     retriever = EncoderRetriever(args.retriever, args.mode, Path(args.index_root), hits=args.max_rank,
-                                 threads=args.threads, lucene=not args.no_lucene)
+                                 threads=args.threads, lucene=not args.no_lucene,
+                                 bf16=None if args.dtype == "auto" else args.dtype == "bf16")
     return retriever.retrieve(corpus, name, queries)
 
 

@@ -50,7 +50,7 @@ def tiny_beir(tmp_path, monkeypatch) -> Path:
 def test_bm25_on_a_tiny_beir_dataset_then_reuse(tiny_beir, capsys, monkeypatch):
     argv = ["--datasets", "quora", "bioasq", "--data-dir", str(tiny_beir / "data"), "--runs-dir",
             str(tiny_beir / "runs"), "--index-dir", str(tiny_beir / "indexes"), "--no-download", "--threads", "1"]
-    assert beir_all.main(argv) == 0
+    assert beir_all.main(argv) == 2  # bioasq was asked for and cannot be had: quora's table, and an error
     out = capsys.readouterr().out
     run_path = tiny_beir / "runs" / "bm25" / "beir-quora.trec"
     summary = validate_trec_run(run_path)
@@ -116,3 +116,13 @@ def test_bm25_flat_reproduces_pyserini_on_scifact(shared_data, tmp_path, capsys)
             "--index-dir", str(tmp_path / "indexes"), "--no-download"]
     assert beir_all.main(argv) == 0
     assert "| scifact | 300 | 0.6789 | 0.9253 | 0.6789 |" in capsys.readouterr().out
+
+
+def test_other_bm25_parameters_get_their_own_runs_folder(tmp_path):
+    """`eval/beir_all.py --retriever bm25 --k1 1.2` used to write runs/bm25/, replacing the default parameters'
+    table (the one the README cites) with figures whose notes never named k1."""
+    from retromae_ir.bm25 import BM25Params, BM25Retriever
+
+    assert BM25Retriever(tmp_path).name == "bm25"
+    assert BM25Retriever(tmp_path, BM25Params(k1=1.2, b=0.75)).name == "bm25-k1_1.2-b_0.75"
+    assert BM25Retriever(tmp_path, BM25Params(hits=100)).name == "bm25"  # the depth is the run key's, not a name

@@ -167,3 +167,38 @@ def test_a_publish_killed_midway_leaves_no_finished_marker(tmp_path, monkeypatch
     assert {path.name: path.read_text() for path in output.iterdir()} == {
         name: f"new {name}" for name in ("card.yaml", "config.json", "model.safetensors", "projection.safetensors",
                                           "tokenizer.json")}
+
+
+def test_a_publish_removes_model_files_its_checkpoint_lacks(tmp_path):
+    """A checkpoint without a projection published over an output that has one: the old projection would load
+    with the new weights (the projection is optional), so the publish removes it; the run's own logs stay."""
+    from retromae_ir.training import trainer
+
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
+    checkpoint.mkdir()
+    output.mkdir()
+    for name in ("card.yaml", "config.json", "model.safetensors"):
+        (checkpoint / name).write_text(f"new {name}")
+    for name in ("card.yaml", "config.json", "model.safetensors", "projection.safetensors", "loss.csv"):
+        (output / name).write_text(f"old {name}")
+    trainer._publish(checkpoint, output)
+    assert {path.name: path.read_text() for path in output.iterdir()} == {
+        "card.yaml": "new card.yaml", "config.json": "new config.json", "model.safetensors": "new model.safetensors",
+        "loss.csv": "old loss.csv"}
+
+
+def test_resume_without_checkpoints_is_checked_against_the_published_output(tmp_path):
+    """--resume over a finished output whose checkpoints were deleted: the published identity still keys it, so
+    other inputs are refused instead of training from scratch beside (and at the end over) the old model."""
+    import json
+    from types import SimpleNamespace
+
+    from retromae_ir.training import trainer
+
+    output = tmp_path / "out"
+    (output / trainer.STATE_DIR).mkdir(parents=True)
+    (output / trainer.STATE_DIR / trainer.IDENTITY_FILE).write_text(json.dumps({"identity": {"train": "a"}}))
+    args = SimpleNamespace(output=str(output), resume=True, overwrite=False)
+    assert trainer.check_output(args, {"train": "a"}) is None  # the same run: nothing to resume, nothing refused
+    with pytest.raises(trainer.TrainerError, match=r"cannot resume .*out: it was trained with other inputs"):
+        trainer.check_output(args, {"train": "b"})

@@ -23,6 +23,7 @@ from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import check_settings, stage_settings
 from retromae_ir.data.beir import dataset_digest
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
+from retromae_ir.packaged import default_model
 
 log = logging.getLogger("retromae_ir.chain")
 MODES = ("dense", "sparse", "hybrid")
@@ -99,7 +100,8 @@ class Chain:
                      if name not in self.results and (output / entry["folder"]).is_dir()}
         self.inputs = {"dataset": folder.name, "data_sha256": dataset_digest(folder), "model": model, "bf16": bf16,
                        "pretrained": str(pretrained) if pretrained else None,
-                       "model_weights": as_stored(checkpoint_key(model)) if model else None,
+                       # every stage starts from --model, else the packaged MiniLM: keyed by its files either way
+                       "model_weights": as_stored(checkpoint_key(model or default_model())),
                        "pretrained_weights": as_stored(checkpoint_key(pretrained)) if pretrained else None}
         check_settings(self.results, config, self.inputs, str(self.results_path))
         check_settings(resumable, config, self.inputs, str(self.started_path), verb="started")
@@ -264,6 +266,7 @@ class Chain:
             "retromae_ir.mine", "--retriever", retriever, "--corpus", str(self.corpus), *self.train,
             "--output", str(out), "--min-rank", "3", "--max-rank", str(c.max_rank), "--negatives", str(c.negatives),
             "--index-root", str(self.index_root), *(["--index-name", index_name] if index_name else []),
+            "--dtype", "bf16" if self.bf16 else "fp32",  # the precision the stage's evaluation encoded its index in
             *([] if self.lucene else ["--no-lucene"]), log_file=self.log_file),
             inputs=(*([] if retriever == "bm25" else [Path(retriever)]), self.corpus, *self.train_files))
 
@@ -328,14 +331,21 @@ class Chain:
         queries = load_beir_queries(self.folder / "queries.jsonl")
         return {qid: queries[qid] for qid in qrels}, qrels
 
-    def evaluate(self, name: str, retrievers: dict) -> None:
+    def evaluate(self, name: str, retrievers: dict, made_with: dict | None = None) -> None:
         """Search the test and dev queries over the chain's corpus with each mode's retriever: nDCG@10, R@100
-        (the test metrics under the mode's name, the dev metrics under ``dev``)."""
+        (the test metrics under the mode's name, the dev metrics under ``dev``). ``made_with``: what the metrics
+        depend on beyond the stage's settings (a baseline's card and checkpoint files); recorded metrics made
+        with anything else are dropped and measured again."""
+        recorded = self.results.get(name)
+        if made_with is not None and recorded is not None and recorded.get("made_with") != as_stored(made_with):
+            log.info("%s is evaluated again: its retrievers changed since it was recorded", name)
+            self.results.pop(name)
         start = time.time()
         for mode, retriever in retrievers.items():
             self.evaluate_mode(name, mode, retriever)
         if "eval_wall_s" not in self.results.get(name, {}):
-            self.record(name, eval_wall_s=round(time.time() - start, 1))
+            self.record(name, eval_wall_s=round(time.time() - start, 1),
+                        **({"made_with": as_stored(made_with)} if made_with is not None else {}))
 
     def evaluate_mode(self, name: str, mode: str, retriever) -> None:
         from retromae_ir.evaluate import evaluate_run
@@ -355,12 +365,15 @@ class Chain:
         from retromae_ir.bm25 import BM25Retriever
         from retromae_ir.search.retriever import EncoderRetriever
 
+        baselines = {"baseline-minilm-mean": {"dense": EncoderRetriever(
+            "minilm-mean", mode="dense", index_root=self.index_root, hits=100, bf16=self.bf16)}}
         if self.lucene:
-            self.evaluate("baseline-bm25", {"sparse": BM25Retriever(self.index_root / "bm25")})
+            baselines["baseline-bm25"] = {"sparse": BM25Retriever(self.index_root / "bm25")}
         else:
             log.warning("no Lucene (--no-lucene): the BM25 baseline is not run")
-        self.evaluate("baseline-minilm-mean", {"dense": EncoderRetriever(
-            "minilm-mean", mode="dense", index_root=self.index_root, hits=100, bf16=self.bf16)})
+        for name in sorted(baselines):  # the card, its checkpoint's files, BM25's parameters: edited between runs,
+            retrievers = baselines[name]  # the old rows would stand
+            self.evaluate(name, retrievers, {mode: r.run_key(self.corpus) for mode, r in retrievers.items()})
 
     def run(self):
         """The stages, as a generator that pauses after each evaluated stage (see ``run_in_lockstep``)."""

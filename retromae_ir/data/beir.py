@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 import urllib.request
 import zipfile
@@ -133,7 +132,10 @@ def get_beir_dataset(name: str) -> BeirDataset:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("RETROMAE_IR_CACHE") or Path.home() / ".cache" / "retromae_ir" / "beir")
+    """``$RETROMAE_IR_CACHE/beir`` (default ``~/.cache/retromae_ir/beir``), beside the other stages' caches."""
+    from retromae_ir.io import cache_dir
+
+    return cache_dir("beir")
 
 
 def candidate_roots(data_dir: str | os.PathLike | None = None) -> list[tuple[str, Path]]:
@@ -198,8 +200,10 @@ def download_beir(dataset: BeirDataset, root: Path) -> Path:
         if not dataset.is_complete(found):
             missing = [f for f in dataset.required_files() if not (found / f).is_file()]
             raise DatasetUnavailable(f"{dataset.url}: archive lacks {dataset.name}/{missing[0]}")
-        if target.exists():  # an incomplete earlier copy: is_complete() rejected it
-            shutil.rmtree(target)
+        if target.exists():  # never by an interrupted download (staged, then renamed): placed there by hand
+            raise DatasetUnavailable(f"{target} exists but is not a complete {dataset.name} "
+                                     f"({', '.join(dataset.required_files())}): complete it, or move it away to "
+                                     f"let the download take its place")
         os.replace(found, target)
     logger.info("BEIR %s: downloaded to %s", dataset.name, target)
     return target

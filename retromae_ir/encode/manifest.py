@@ -72,6 +72,17 @@ def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
                              + "; ".join(diffs))
 
 
+def check_precision(manifest: dict, model, where: str | os.PathLike) -> None:
+    """Refuse a loaded model whose arithmetic (fp32, bf16 autocast, int8) is not the one that encoded ``where``'s
+    documents: queries are encoded as the documents were, and a mix gives figures for a precision nobody chose."""
+    from retromae_ir.encode.corpus import precision
+
+    built, used = manifest.get("precision", "fp32"), precision(model)
+    if built != used:
+        raise IndexMismatchError(f"{where} was encoded in {built}, and the model given runs in {used}: load it in "
+                                 f"{built} (EncoderModel.from_card(..., bf16=...)), or pass the card instead")
+
+
 def check_queries(queries: str | os.PathLike, index: str | os.PathLike) -> None:
     """Refuse pre-encoded ``queries`` that another card, or other weights of the same checkpoint, encoded than
     ``index``'s documents: Pyserini searches whatever vectors it is handed, and scores them without complaint."""

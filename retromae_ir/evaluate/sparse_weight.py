@@ -31,9 +31,11 @@ def top_run(scores: np.ndarray, qids: list[str], docids: list[str], depth: int) 
 def sweep_sparse_weight(index_dir: str | os.PathLike, model, queries: dict[str, str], qrels: dict,
                         weights=GRID, depth: int = 100, metrics=("ndcg@10", "recall@100")) -> dict[float, dict]:
     """{lambda: metrics} of the exact hybrid at each weight on ``queries`` (``model``: the index's EncoderModel)."""
+    from retromae_ir.encode.manifest import check_precision
     from retromae_ir.search.index import HybridIndex
 
     index = HybridIndex(index_dir, model.card)
+    check_precision(index.manifest, model, index_dir)
     qids = list(queries)
     encoded = model.encode_query([queries[q] for q in qids])
     dense = encoded.dense @ index.dense.T

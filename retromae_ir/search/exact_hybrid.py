@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from retromae_ir.encode.base import Encoded, EncoderModel
+from retromae_ir.encode.manifest import check_precision
 from retromae_ir.search.brute_force import top_hits
 from retromae_ir.search.index import MODES, HybridIndex
 
@@ -32,6 +33,8 @@ class ExactHybridSearcher:
         card = encoder.card if isinstance(encoder, EncoderModel) else encoder
         self.index = HybridIndex(index_dir, card)
         self._model = encoder if isinstance(encoder, EncoderModel) else None
+        if self._model is not None:
+            check_precision(self.index.manifest, self._model, index_dir)
         self.device = device
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")

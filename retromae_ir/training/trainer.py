@@ -40,7 +40,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from retromae_ir.io import as_stored, atomic_dir, atomic_write, file_digest, output_lock, remove_stale_temporaries
+from retromae_ir.io import (CHECKPOINT_FILES, as_stored, atomic_dir, atomic_write, file_digest, output_lock,
+                            remove_stale_temporaries)
 from retromae_ir.training.arguments import TrainingArguments
 
 log = logging.getLogger(__name__)
@@ -185,9 +186,11 @@ def check_output(args: TrainingArguments, identity: dict) -> Path | None:
                                "to discard it and start afresh, or choose a new --output")
         return None
     checkpoint = latest_checkpoint(output)
-    saved = read_identity(checkpoint) if checkpoint is not None else None
+    # no checkpoint left (deleted to save disk, say): a published output still holds its identity, and a run with
+    # other inputs would train from scratch beside it, publishing over it only at the end
+    saved = read_identity(checkpoint if checkpoint is not None else output)
     if saved is not None and saved != identity:
-        raise TrainerError(f"cannot resume {checkpoint}: it was trained with other inputs ("
+        raise TrainerError(f"cannot resume {checkpoint or output}: it was trained with other inputs ("
                            f"{'; '.join(identity_changes(saved, identity))}); to start afresh pass --overwrite "
                            "(discards the old output) or choose a new --output")
     return checkpoint
@@ -463,6 +466,12 @@ def plot_loss_curves(history: list[dict], path: Path, title: str) -> None:
 PUBLISHED_LAST = ("config.json", "card.yaml")  # what marks a finished output (the chain's done files), in this order
 
 
+def published_files(output: Path) -> set[str]:
+    """The model files at the top of ``output`` (weights, config, tokenizer, card): what a publish puts there."""
+    return {path.name for pattern in (*CHECKPOINT_FILES, *PUBLISHED_LAST) for path in output.glob(pattern)
+            if path.is_file()}
+
+
 def _publish(checkpoint: Path, output: Path) -> None:
     """Copy a checkpoint's files to the top of ``output``, each by an atomic rename. The files that mark a finished
     output (``PUBLISHED_LAST``) are taken down first and put back last, so a kill midway never leaves an output
@@ -470,6 +479,8 @@ def _publish(checkpoint: Path, output: Path) -> None:
     load as the identity)."""
     for name in PUBLISHED_LAST:
         (output / name).unlink(missing_ok=True)
+    for stale in published_files(output) - {item.name for item in checkpoint.iterdir()}:
+        (output / stale).unlink()  # an earlier publish's file this checkpoint lacks (a projection, say)
     last = {name: place for place, name in enumerate(PUBLISHED_LAST, 1)}
     for item in sorted(checkpoint.iterdir(), key=lambda item: (last.get(item.name, 0), item.name)):
         target = output / item.name

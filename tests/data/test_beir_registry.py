@@ -84,7 +84,7 @@ def test_unknown_name_lists_the_known_ones():
 
 
 def test_data_dir_beats_env_beats_cache(tmp_path, monkeypatch):
-    cache = make_dataset(tmp_path / "cache", "scifact")
+    cache = make_dataset(tmp_path / "cache" / "beir", "scifact")
     env = make_dataset(tmp_path / "env", "scifact")
     arg = make_dataset(tmp_path / "arg", "scifact")
     monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
@@ -98,13 +98,13 @@ def test_incomplete_folder_is_skipped(tmp_path, monkeypatch):
     env = make_dataset(tmp_path / "env", "scifact")
     (env / "qrels" / "test.tsv").unlink()
     monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
-    cache = make_dataset(tmp_path / "cache", "scifact")
+    cache = make_dataset(tmp_path / "cache" / "beir", "scifact")
     assert resolve_beir("scifact") == cache
 
 
 def test_explicit_data_dir_without_the_dataset_fails_even_when_the_environment_has_it(tmp_path, monkeypatch):
     make_dataset(tmp_path / "env", "scifact")
-    make_dataset(tmp_path / "cache", "scifact")
+    make_dataset(tmp_path / "cache" / "beir", "scifact")
     monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
     serve_zip(tmp_path, "scifact", FILES)  # nor is it downloaded
     arg = make_dataset(tmp_path / "arg", "scifact")
@@ -124,9 +124,9 @@ def test_real_shared_scifact_through_env(shared_data, monkeypatch):
 def test_download_unzips_into_the_cache(tmp_path):
     serve_zip(tmp_path, "nfcorpus", FILES + ("qrels/dev.tsv",))
     folder = resolve_beir("nfcorpus")
-    assert folder == tmp_path / "cache" / "nfcorpus"
+    assert folder == tmp_path / "cache" / "beir" / "nfcorpus"
     assert (folder / "qrels" / "test.tsv").read_text() == "qrels/test.tsv\n"
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["nfcorpus"]  # no staging left behind
+    assert sorted(p.name for p in (tmp_path / "cache" / "beir").iterdir()) == ["nfcorpus"]  # no staging left behind
     (tmp_path / "server" / "nfcorpus.zip").unlink()
     assert resolve_beir("nfcorpus") == folder  # second call: from the cache
 
@@ -136,7 +136,7 @@ def test_download_of_cqadupstack_checks_every_subforum(tmp_path):
     serve_zip(tmp_path, "cqadupstack", files[:-1])  # wordpress lacks its qrels
     with pytest.raises(DatasetUnavailable, match="archive lacks cqadupstack/wordpress/qrels/test.tsv"):
         resolve_beir("cqadupstack")
-    assert list((tmp_path / "cache").iterdir()) == []
+    assert list((tmp_path / "cache" / "beir").iterdir()) == []
     serve_zip(tmp_path, "cqadupstack", files)
     assert (resolve_beir("cqadupstack") / "wordpress" / "corpus.jsonl").is_file()
 
@@ -148,7 +148,7 @@ def test_failed_download_and_bad_zip(tmp_path):
     (tmp_path / "server" / "fiqa.zip").write_bytes(b"not a zip")
     with pytest.raises(DatasetUnavailable, match=r"fiqa\.zip: not a valid zip archive"):
         resolve_beir("fiqa")
-    assert list((tmp_path / "cache").iterdir()) == []
+    assert list((tmp_path / "cache" / "beir").iterdir()) == []
 
 
 def test_download_can_be_disabled(tmp_path):
@@ -164,7 +164,7 @@ def test_bioasq_is_unavailable_and_says_what_to_place_where(tmp_path, monkeypatc
     message = str(err.value)
     assert "'bioasq' is not publicly downloadable" in message
     assert "place corpus.jsonl, queries.jsonl, qrels/test.tsv in one of: " in message
-    for where in (f"{tmp_path / 'env' / 'bioasq'} ($RETROMAE_IR_DATA)", f"{tmp_path / 'cache' / 'bioasq'} (cache)"):
+    for where in (f"{tmp_path / 'env' / 'bioasq'} ($RETROMAE_IR_DATA)", f"{tmp_path / 'cache' / 'beir' / 'bioasq'} (cache)"):
         assert where in message
     with pytest.raises(DatasetUnavailable, match="not in --data-dir .*; it is not publicly downloadable"):
         resolve_beir("bioasq", data_dir=tmp_path / "arg")
@@ -173,3 +173,15 @@ def test_bioasq_is_unavailable_and_says_what_to_place_where(tmp_path, monkeypatc
 def test_non_public_dataset_placed_locally_resolves(tmp_path):
     folder = make_dataset(tmp_path, "robust04")
     assert resolve_beir("robust04", data_dir=tmp_path) == folder
+
+
+def test_a_hand_placed_incomplete_folder_is_never_deleted_by_the_download(tmp_path):
+    """The download renames a staged, checked folder into place, so an incomplete one in the cache was put there by
+    hand: it is kept, and the download says what to do, instead of deleting the user's files."""
+    serve_zip(tmp_path, "nfcorpus", FILES)
+    mine = tmp_path / "cache" / "beir" / "nfcorpus"
+    mine.mkdir(parents=True)
+    (mine / "corpus.jsonl").write_text("my own corpus\n")
+    with pytest.raises(DatasetUnavailable, match="nfcorpus exists but is not a complete nfcorpus"):
+        resolve_beir("nfcorpus")
+    assert (mine / "corpus.jsonl").read_text() == "my own corpus\n"

@@ -54,3 +54,17 @@ def test_second_writer_of_the_runs_folder_is_refused(tmp_path, dirs, capsys):
             beir_all.main(dirs + ["--data-dir", str(tmp_path / "data")])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and f"(PID {pid})" in err and "Traceback" not in err
+
+
+def test_a_named_dataset_that_cannot_be_resolved_is_an_error_beside_the_others(tmp_path, dirs, capsys,
+                                                                               monkeypatch):
+    """--datasets scifact nfcorpus with nfcorpus nowhere: scifact's table is written, and the exit status is 2 (it
+    used to be 0, with a one-dataset table standing for the two asked for)."""
+    write_part(tmp_path / "env" / "scifact")
+    (tmp_path / "env" / "scifact" / "queries.jsonl").write_text('{"_id": "q", "text": "b"}\n')  # BM25 finds b
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
+    argv = dirs[:dirs.index("--datasets") + 2] + ["nfcorpus"] + dirs[dirs.index("--datasets") + 2:]
+    assert beir_all.main(argv) == 2
+    captured = capsys.readouterr()
+    assert "| scifact |" in captured.out and "error: nfcorpus:" in captured.err
+    assert (tmp_path / "runs" / "bm25" / "beir-scifact.trec").is_file()

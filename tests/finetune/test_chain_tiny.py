@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from unittest import mock
 
 import pytest
 
@@ -49,7 +50,8 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert len(list(iter_beir_corpus(output / "corpus-40.jsonl"))) == 40
     main = json.loads((output / "results.json").read_text())
     ablation = json.loads((output / chain.ABLATION / "results.json").read_text())
-    assert set(main["baseline-bm25"]) == {"sparse", "dev", "eval_wall_s", "settings"}
+    assert set(main["baseline-bm25"]) == {"sparse", "dev", "eval_wall_s", "settings", "made_with"}
+    assert main["baseline-bm25"]["made_with"]["sparse"]["k1"] == 0.9
     assert set(main["baseline-minilm-mean"]) >= {"dense"}
     for results in (main, ablation):
         for stage in STAGES:
@@ -74,6 +76,13 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     stage1 = [line for line in (output / "chain.log").read_text().splitlines() if "--stage 1 " in line]
     assert stage1 and all("--dense-loss-weight 0.5 --attention-dropout 0.0" in line and "--max-steps 2 " in line
                           for line in stage1)
+    # stage 2's negatives are mined from the index stage 1 was evaluated on, in the chain's precision (mining used
+    # to take the hardware's own, re-encoding stage 1's index in bf16 under --no-bf16 on a bf16 CPU)
+    mining = [line for line in (output / "chain.log").read_text().splitlines() if "retromae_ir.mine" in line
+              and "1-stage1/card.yaml" in line]
+    assert mining and all("--dtype fp32" in line for line in mining)
+    for manifest in (output / "indexes" / "1-stage1").glob("*/manifest.json"):
+        assert json.loads(manifest.read_text())["precision"] == "fp32"
     table = (output / "results.md").read_text()
     assert table.count("| DupMAE pre-training: ") == 4 and table.count("| no pre-training (ablation): ") == 4
     assert "| BM25 flat (Pyserini) |" in table
@@ -92,11 +101,15 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     # reported beside the new weights); stage 2's digest is recorded, so an equal re-made one keeps distillation
     results = json.loads((output / "results.json").read_text())
     results["2-stage2"]["hybrid"]["ndcg@10"] = -1.0  # a mark: an old figure that must not survive
+    # and a baseline recorded with another card or checkpoint (the packaged MiniLM upgraded, say) is measured again
+    results["baseline-minilm-mean"]["dense"]["ndcg@10"] = -1.0
+    results["baseline-minilm-mean"]["made_with"]["dense"]["model.safetensors_sha256"] = "0" * 64
     (output / "results.json").write_text(json.dumps(results))
     shutil.rmtree(output / "2-stage2")
     chain_main(argv)
     again = json.loads((output / "results.json").read_text())
     assert 0.0 <= again["2-stage2"]["hybrid"]["ndcg@10"] <= 1.0
+    assert again["baseline-minilm-mean"] == main["baseline-minilm-mean"] | {"eval_wall_s": mock.ANY}
     assert again["2-stage2"]["output"] == main["2-stage2"]["output"]  # same settings, same seed: the same weights
     assert again["3-distill"] == main["3-distill"]
     # an input made again with other contents: every stage that reads it is made again, from scratch

@@ -215,3 +215,25 @@ def test_queries_are_encoded_in_the_precision_of_the_index(tmp_path, tiny_bert_d
         encode_shard(model, ["a", "b"], ["cells divide", "the sun"], out)
         merge(out, model.card, model.vocab)
         assert ExactHybridSearcher(out, str(card), mode="dense", device="cpu").model.bf16 is bf16
+
+
+def test_a_model_given_in_another_precision_than_the_index_is_refused(tmp_path, tiny_bert_dir):
+    """A loaded model handed to the searcher (or the OT-weight sweep) encodes the queries as it runs: bf16 queries
+    over fp32 documents gave figures for a mix nobody chose. The searcher loading the card itself follows the
+    index."""
+    from retromae_ir.encode import EncoderModel
+    from retromae_ir.encode.manifest import IndexMismatchError
+    from retromae_ir.evaluate.sparse_weight import sweep_sparse_weight
+    from retromae_ir.search.exact_hybrid import ExactHybridSearcher
+
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: dupmae\ndims: 32\nk: 16\nmax_passage_length: 32\n")
+    index_dir = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, lucene=False,
+                                 bf16=False).build_index(CORPUS, "handful")
+    bf16 = EncoderModel.from_card(str(card), device="cpu", bf16=True)
+    with pytest.raises(IndexMismatchError, match="was encoded in fp32, and the model given runs in bf16"):
+        ExactHybridSearcher(index_dir, bf16)
+    with pytest.raises(IndexMismatchError, match="was encoded in fp32"):
+        sweep_sparse_weight(index_dir, bf16, {"q": "a query"}, {"q": {"d": 1}})
+    assert ExactHybridSearcher(index_dir, str(card)).model.bf16 is False
+    ExactHybridSearcher(index_dir, EncoderModel.from_card(str(card), device="cpu", bf16=False))
