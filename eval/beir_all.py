@@ -1,13 +1,14 @@
 """Evaluate a retriever on BEIR: ``python eval/beir_all.py (--retriever bm25 | --encoder CARD [--search MODE])``.
 
-Thin front end over :mod:`retromae_ir.evaluate.beir_suite`: writes ``runs/<retriever>/beir-<dataset>.trec`` (for
-an encoder card, ``runs/<card>/``; ``runs/<card>-<mode>/`` for a non-default search mode), a results table
-(markdown + CSV), a bar chart and a log. Datasets whose run file exists are re-scored, not re-run, unless
-``--force``; an encoded corpus is reused while the card and the corpus are unchanged. Datasets that cannot be
-resolved are listed with the reason (an error, exit 2, for one named by ``--datasets``). A dataset that gives no valid result (malformed files, an empty corpus, no
-hits at all) is an ``error:`` line naming its file and line, and makes the exit status 2 (the other datasets'
-results are kept); so does evaluating nothing, which leaves no runs folder behind. The runs folder and the index
-folder are locked for the whole run: a second driver writing either exits at once with status 2.
+Thin front end over :mod:`retromae_ir.evaluate.beir_suite`: writes ``runs/<retriever>/beir-<dataset>.trec`` (for an
+encoder card, ``runs/<card>/``; ``runs/<card>-<mode>/`` for a non-default search mode), a results table (markdown +
+CSV), a bar chart and a log. Datasets whose run file exists are re-scored, not re-run, unless ``--force``; an
+encoded corpus is reused while the card and the corpus are unchanged. Datasets that cannot be resolved are listed
+with the reason (an error, exit 2, for one named by ``--datasets``). A dataset that gives no valid result (malformed
+files, an empty corpus, no hits at all) is an ``error:`` line naming its file and line, and makes the exit status 2
+(the other datasets' results are kept); so does evaluating nothing, which leaves no runs folder behind. The runs
+folder and the index folder are locked for the whole run: a second driver writing either exits at once with status
+2.
 """
 from __future__ import annotations
 

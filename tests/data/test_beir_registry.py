@@ -164,7 +164,8 @@ def test_bioasq_is_unavailable_and_says_what_to_place_where(tmp_path, monkeypatc
     message = str(err.value)
     assert "'bioasq' is not publicly downloadable" in message
     assert "place corpus.jsonl, queries.jsonl, qrels/test.tsv in one of: " in message
-    for where in (f"{tmp_path / 'env' / 'bioasq'} ($RETROMAE_IR_DATA)", f"{tmp_path / 'cache' / 'beir' / 'bioasq'} (cache)"):
+    for where in (f"{tmp_path / 'env' / 'bioasq'} ($RETROMAE_IR_DATA)",
+                  f"{tmp_path / 'cache' / 'beir' / 'bioasq'} (cache)"):
         assert where in message
     with pytest.raises(DatasetUnavailable, match="not in --data-dir .*; it is not publicly downloadable"):
         resolve_beir("bioasq", data_dir=tmp_path / "arg")
