@@ -2,8 +2,7 @@
 
 A [CLS] vector reads one row of the last layer's output. That row still needs the keys and values of every position,
 but its query, attention output, output projection and feed-forward network are one row's work instead of L rows':
-with MiniLM's six layers and 256-token passages the last layer's query, output projection and FFN are about an
-eighth of the encoder's FLOPs. The result equals the full layer's first row to rounding (the same weights, other
+with MiniLM's six layers and 256-token passages that is about 14% of the encoder's FLOPs. The result equals the full layer's first row to rounding (the same weights, other
 matrix shapes). Inference only: :meth:`EncoderModel.from_card` applies it to [CLS]-pooled dense cards; training
 (``from_checkpoint``) keeps the full layer, and the state-dict keys are the layer's own either way.
 """
