@@ -62,10 +62,10 @@ def load_projection(checkpoint: str, hidden_size: int, dims: int) -> torch.nn.Li
 
 
 class CompiledBackbone(torch.nn.Module):
-    """A compiled stand-in for the transformer, called like it; ``module`` is the original (its ``config``)."""
+    """A compiled stand-in for the transformer, called like it; ``config`` is the original's."""
 
     @property
-    def module(self) -> torch.nn.Module:
+    def config(self):
         raise NotImplementedError
 
 
@@ -83,9 +83,9 @@ class FrozenCompiled(CompiledBackbone):
         self.compiled = torch.compile(module, dynamic=True)
 
     @property
-    def module(self) -> torch.nn.Module:
-        """The module compiled (its weights, its ``config``)."""
-        return self.compiled._orig_mod
+    def config(self):
+        """The compiled module's (which keeps its weights: inductor reads them when it compiles a new shape)."""
+        return self.compiled._orig_mod.config
 
     def forward(self, *args, **kwargs):
         from torch._inductor import config
@@ -220,7 +220,7 @@ class EncoderModel(torch.nn.Module):
         """The transformer's ``config``, whether or not :meth:`compile_backbone` has replaced it."""
         owner, name = self._backbone()
         backbone = getattr(owner, name)
-        return (backbone.module if isinstance(backbone, CompiledBackbone) else backbone).config
+        return backbone.config
 
     @property
     def max_batch_tokens(self) -> int | None:

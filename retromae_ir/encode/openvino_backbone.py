@@ -51,7 +51,7 @@ class OpenVINOBackbone(CompiledBackbone):
             import openvino as ov
         except ImportError as error:
             raise ImportError("--compile openvino needs the openvino package (pip install openvino)") from error
-        self._module = [module]  # a list: not a submodule, so .to() and state_dict() do not reach the copy
+        self._config = module.config  # only that: the weights live in the compiled graph, not twice in memory
         example = (torch.ones(2, 8, dtype=torch.long), torch.ones(2, 8, dtype=torch.long))
         shape = ov.PartialShape([-1, -1])
         with warnings.catch_warnings():  # the trace's notes on mask branches that do not apply to a padded batch,
@@ -63,8 +63,8 @@ class OpenVINOBackbone(CompiledBackbone):
         self.request = cpu_request(graph, threads, bf16, properties)
 
     @property
-    def module(self) -> torch.nn.Module:
-        return self._module[0]
+    def config(self):
+        return self._config
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_) -> BaseModelOutput:
         if input_ids.device.type != "cpu":

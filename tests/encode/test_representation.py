@@ -203,6 +203,23 @@ def test_openvino_backbone_gives_the_eager_vectors(tiny_card, tiny_model, tiny_b
         EncoderModel.from_card(card, device="meta").compile_backbone("openvino")
 
 
+def test_openvino_keeps_one_copy_of_the_weights(tiny_bert_dir, tmp_path):
+    """The converted graph holds the transformer's weights; the PyTorch module it came from is let go (it used to
+    be kept for its config: the weights twice in memory), and its config still answers."""
+    import gc
+    import weakref
+
+    card = tmp_path / "dense.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
+    model = EncoderModel.from_card(card, device="cpu")
+    original = weakref.ref(model.backbone)
+    model.compile_backbone("openvino")
+    gc.collect()
+    assert original() is None
+    assert model.backbone_config.hidden_size == 32 and model.max_batch_tokens
+    assert model.encode_passage(TEXTS[:2]).dense.shape == (2, 32)
+
+
 def test_the_cli_refuses_compile_with_int8(capsys):
     from retromae_ir.encode.__main__ import main
 
