@@ -16,7 +16,10 @@ from retromae_ir.search import BruteForceScorer, ExactHybridSearcher, HybridInde
 
 @pytest.fixture(scope="module")
 def model(handful):
-    return EncoderModel.from_card(handful[0], device="cpu")
+    """In the index's precision (`encode corpus --dtype auto`: bf16 on a CPU with AVX512_BF16), as queries must be."""
+    from retromae_ir.encode.manifest import read_manifest
+
+    return EncoderModel.from_card(handful[0], device="cpu", bf16=read_manifest(handful[1])["precision"] == "bf16")
 
 
 @pytest.fixture(scope="module")

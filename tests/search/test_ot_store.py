@@ -271,7 +271,7 @@ def test_an_index_written_before_the_store_is_read_the_same(handful, tmp_path, c
 
     from retromae_ir.encode import EncoderModel
 
-    model = EncoderModel.from_card(card, device="cpu")
+    model = EncoderModel.from_card(card, device="cpu", bf16=manifest["precision"] == "bf16")  # the index's
     queries = model.encode_query([line.split("\t")[1] for line in topics.read_text().splitlines()])
     with caplog.at_level(logging.WARNING):
         old = ExactHybridSearcher(legacy, model, candidates=2)
