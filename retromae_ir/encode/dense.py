@@ -28,7 +28,8 @@ class DenseEncoderModel(EncoderModel):
     def _trim_for_inference(self):
         """[CLS] pooling reads one row of the last layer: compute that row only (:mod:`first_token`)."""
         if self.card.pooling == "cls":
-            self.first_token_last_layer = first_token_only(getattr(self.backbone, "encoder", None))
+            self.first_token_last_layer = first_token_only(getattr(self.backbone, "encoder", None),
+                                                           self.backbone.config)
 
     def represent(self, input_ids, attention_mask, k=None):
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

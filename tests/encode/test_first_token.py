@@ -46,6 +46,7 @@ def test_the_first_row_equals_the_full_layer(cls_card, attention):
 def test_compiled_backends_run_the_trimmed_layer(cls_card, backend):
     expected = full_model(cls_card).encode_passage(TEXTS, batch_size=2).dense
     compiled = EncoderModel.from_card(cls_card, device="cpu").compile_backbone(backend)
+    assert compiled.first_token_last_layer
     for batch_size in (2, 4):
         np.testing.assert_allclose(compiled.encode_passage(TEXTS, batch_size=batch_size).dense, expected, atol=1e-5)
 
@@ -60,10 +61,52 @@ def test_only_cls_pooled_dense_cards_are_trimmed(tiny_bert_dir, tmp_path):
         assert not model.first_token_last_layer
 
 
+def tiny(kind: str, attention: str = "sdpa"):
+    from transformers import AutoConfig, AutoModel
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(kind, vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=64, pad_token_id=1)
+    config._attn_implementation = attention
+    return AutoModel.from_config(config).eval()
+
+
+def first_rows(model, trimmed: bool):
+    if trimmed:
+        assert first_token_only(model.encoder, model.config)
+    ids = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 10, 2, 1, 1]])
+    with torch.inference_mode():
+        return model(input_ids=ids, attention_mask=(ids != 1).long()).last_hidden_state[:, 0]
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "xlm-roberta", "electra", "ernie"])
+def test_the_layers_it_trims_give_the_full_first_row(kind):
+    model = tiny(kind)
+    full = first_rows(model, trimmed=False)
+    torch.testing.assert_close(first_rows(model, trimmed=True), full, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["roberta-prelayernorm", "xlm-roberta-xl", "esm"])
+def test_look_alike_layers_are_left_whole(kind):
+    """Same attribute names, more work inside the attention (a LayerNorm, rotary embeddings): trimming them would
+    give other vectors, so they are not trimmed."""
+    model = tiny(kind)
+    assert first_token_only(model.encoder, model.config) is False
+    assert not any(isinstance(module, FirstTokenLayer) for module in model.modules())
+
+
+def test_other_attention_implementations_are_left_whole():
+    """Only eager's and sdpa's mask formats are handled (flex attention's block mask is not a tensor)."""
+    model = tiny("bert", attention="flex_attention")
+    assert first_token_only(model.encoder, model.config) is False
+    with pytest.raises(ValueError, match="takes a .B, 1, L or 1, L. mask"):
+        FirstTokenLayer(tiny("bert").encoder.layer[-1])(torch.zeros(1, 3, 32), torch.ones(1, 3))
+
+
 def test_other_layers_are_left_alone():
     encoder = torch.nn.Module()
     encoder.layer = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
-    assert first_token_only(encoder) is False and isinstance(encoder.layer[0], torch.nn.Linear)
-    assert first_token_only(None) is False
+    assert first_token_only(encoder, None) is False and isinstance(encoder.layer[0], torch.nn.Linear)
+    assert first_token_only(None, None) is False
     with pytest.raises(TypeError, match="Linear is not a BERT-style encoder layer"):
         FirstTokenLayer(torch.nn.Linear(2, 2))
