@@ -115,13 +115,16 @@ CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer*.json", 
                     "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "*.model")
 
 
-def checkpoint_file_digests(folder: str | os.PathLike) -> dict[str, str]:
-    """sha256 of each file in a checkpoint folder that makes its vectors (``CHECKPOINT_FILES``: weights, config,
-    tokenizer), by file name: a checkpoint trained again into the same folder, or whose tokenizer was edited in
-    place, keeps its path but not these."""
+def checkpoint_files(folder: str | os.PathLike) -> list[Path]:
+    """The files of a checkpoint folder that make its vectors (``CHECKPOINT_FILES``: weights, config, tokenizer)."""
     folder = Path(folder)
-    files = sorted({path for pattern in CHECKPOINT_FILES for path in folder.glob(pattern) if path.is_file()})
-    return {path.name: file_digest(path) for path in files}
+    return sorted({path for pattern in CHECKPOINT_FILES for path in folder.glob(pattern) if path.is_file()})
+
+
+def checkpoint_file_digests(folder: str | os.PathLike) -> dict[str, str]:
+    """sha256 of each of ``checkpoint_files``, by file name: a checkpoint trained again into the same folder, or
+    whose tokenizer was edited in place, keeps its path but not these."""
+    return {path.name: file_digest(path) for path in checkpoint_files(folder)}
 
 
 def check_unchanged(manifest: str | os.PathLike, checked: str) -> None:

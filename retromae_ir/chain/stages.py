@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from retromae_ir.chain.config import ChainConfig
-from retromae_ir.chain.settings import check_settings, stage_settings
+from retromae_ir.chain.settings import STAGES, check_settings, pipeline_stage, stage_settings
 from retromae_ir.data.beir import dataset_digest
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
 from retromae_ir.packaged import default_model
@@ -57,16 +57,22 @@ def grad_cache_flags(config: ChainConfig, group: int) -> list[str]:
 
 def artifact_digest(path: Path) -> dict | str:
     """What a stage's output (or an input it reads) is keyed by, wherever the chain's folder lies: a card by its
-    fields but the checkpoint's path, and its checkpoint's files (weights, config, tokenizer); a checkpoint folder
-    (or its ``config.json``) by those files; any other file by its bytes."""
-    from retromae_ir.encode.cards import load_card
+    fields but the checkpoint's path, and its checkpoint's files (weights, config, tokenizer: a stage's own card by
+    the folder it lies in, even when copied elsewhere); a checkpoint folder (or its ``config.json``) by those files;
+    any other file by its bytes. A card whose checkpoint cannot be found is keyed by that, so it is never current."""
+    from retromae_ir.encode.cards import CardError, load_card
 
     path = Path(path)
     if path.suffix == ".yaml":
         fields = yaml.safe_load(path.read_text()) or {}
         kept = {key: value for key, value in fields.items() if key not in ("checkpoint", "name", "description")}
-        return {"card": hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest(),
-                "checkpoint": checkpoint_key(load_card(path).checkpoint_path())}
+        card = {"card": hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()}
+        if path.name == "card.yaml" and (path.parent / "config.json").is_file():
+            return {**card, "checkpoint": checkpoint_key(path.parent)}
+        try:
+            return {**card, "checkpoint": checkpoint_key(load_card(path).checkpoint_path())}
+        except CardError as error:
+            return {**card, "checkpoint": f"not found: {error}"}
     if path.name == "config.json":
         path = path.parent
     return file_digest(path) if path.is_file() else checkpoint_key(path)  # a folder, or a hub name (a teacher)
@@ -118,21 +124,30 @@ class Chain:
         """Run a stage unless ``done`` exists and results.json records it as made from these ``inputs`` (the
         chain's earlier outputs it reads) into this very output, both by digest (``artifact_digest``). A stage
         without a record (interrupted, or killed before its record: made under settings nobody checked) is run,
-        a training stage resuming from its checkpoints under the settings check of started.json. A finished stage
-        whose output was deleted or replaced by hand, or whose inputs were made again (a stage 1 trained anew would
-        otherwise keep the negatives mined with the old one), is made again from scratch, its old metrics dropped
-        (they would stand beside the new weights). The wall time goes into results.json."""
+        a training stage resuming from its checkpoints under the settings check of started.json, unless they were
+        trained from other inputs. A finished stage whose output was deleted or replaced by hand, or whose inputs
+        were made again (a stage 1 trained anew would otherwise keep the negatives mined with the old one), is
+        made again from scratch, its old metrics dropped (they would stand beside the new weights). An entry
+        recorded before these digests existed is adopted: its present files are recorded. The wall time goes into
+        results.json."""
         made_from = as_stored({artifact_label(path): artifact_digest(path) for path in inputs})
+        entry = self.results.get(name)
+        if entry is not None and "output" not in entry and done.exists():
+            log.info("%s: recorded by an older retromae_ir; its present inputs and output are recorded", name)
+            self.record(name, inputs=made_from, output=as_stored(artifact_digest(done)))
         stale = self.stale(name, done, made_from)
         if stale:
+            folder = done.parent if done.parent != self.output and done.parent.is_relative_to(self.output) else None
             if name in self.results:  # a finished stage made again: from scratch, never resumed from its checkpoints
                 log.info("%s is made again: %s", name, stale)
-                self.discard(name, done)
-            if done.parent != self.output:  # a stage folder: a training stage resumes from its checkpoints there
-                folder = done.parent
-                folder = folder.relative_to(self.output) if folder.is_relative_to(self.output) else folder
+                self.discard(name, done, folder)
+            elif folder and self.started.get(name, {}).get("made_from", made_from) != made_from:
+                log.info("%s: its checkpoints were trained from other inputs; started afresh", name)
+                shutil.rmtree(folder, ignore_errors=True)
+            if folder:  # a stage folder: a training stage resumes from its checkpoints there
                 self.started[name] = {"settings": stage_settings(self.config, name, self.inputs, started=True),
-                                      "folder": str(folder)}  # relative: an output copied elsewhere holds its own
+                                      "folder": str(folder.relative_to(self.output)),  # an output copied elsewhere
+                                      "made_from": made_from}                            # holds its own
                 with atomic_write(self.started_path) as handle:
                     json.dump(self.started, handle, indent=2)
             start = time.time()
@@ -141,13 +156,12 @@ class Chain:
                         output=as_stored(artifact_digest(done)))
         return done
 
-    def discard(self, name: str, done: Path) -> None:
-        """Drop a finished stage's record (metrics included) and its output: its stage folder, or its file."""
+    def discard(self, name: str, done: Path, folder: Path | None) -> None:
+        """Drop a finished stage's record (metrics included) and its output: its stage ``folder``, or its file."""
         self.results.pop(name)
-        with atomic_write(self.results_path) as handle:
-            json.dump(self.results, handle, indent=2)
-        if done.parent != self.output and done.parent.is_relative_to(self.output):
-            shutil.rmtree(done.parent, ignore_errors=True)
+        self.save_results()
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
         else:
             done.unlink(missing_ok=True)
 
@@ -158,8 +172,6 @@ class Chain:
             return f"{done} is missing"
         if entry is None:
             return "its output has no record"
-        if "output" not in entry:
-            return "recorded by an older retromae_ir, without its inputs' and output's digests"
         changed = sorted(label for label in set(inputs) | set(entry["inputs"])
                          if inputs.get(label) != entry["inputs"].get(label))
         if changed:
@@ -172,6 +184,11 @@ class Chain:
         """Add ``values`` to the stage's results.json entry, with the settings that made it."""
         settings = stage_settings(self.config, name, self.inputs)
         self.results.setdefault(name, {}).update(values, settings=settings)
+        self.save_results()
+
+    def save_results(self) -> None:
+        """results.json, its entries in pipeline order (a stage made again is not listed after the later ones)."""
+        self.results = dict(sorted(self.results.items(), key=lambda item: STAGES.index(pipeline_stage(item[0]))))
         with atomic_write(self.results_path) as handle:
             json.dump(self.results, handle, indent=2)
 

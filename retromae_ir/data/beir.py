@@ -3,7 +3,7 @@
 ``resolve_beir`` finds a dataset folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv``; cqadupstack one
 such folder per subforum). A ``data_dir`` argument (a command's ``--data-dir``) is the only place looked in: an explicit
 folder that lacks the dataset is an error, never silently replaced by another copy. Without it the order is
-``$RETROMAE_IR_DATA``, the cache (``$RETROMAE_IR_CACHE``, default ``~/.cache/retromae_ir/beir``), and last BEIR's
+``$RETROMAE_IR_DATA``, the cache (``$RETROMAE_IR_CACHE/beir``, default ``~/.cache/retromae_ir/beir``), and last BEIR's
 official zip, downloaded into the cache. Each folder holds ``<dataset>/``. Evaluation uses Anserini's topic and
 qrels files (named by ``BeirPart``) so that figures match Pyserini's BEIR regressions.
 """
@@ -182,6 +182,8 @@ def download_beir(dataset: BeirDataset, root: Path) -> Path:
     """Fetch ``dataset``'s zip into a temporary folder under ``root``, unzip it there, check it, and rename the
     finished folder to ``root/<name>``: an interrupted download leaves nothing that looks like a dataset."""
     target = root / dataset.name
+    if target.exists():  # never by an interrupted download (staged, then renamed): placed there by hand
+        raise DatasetUnavailable(_hand_placed(dataset, target))
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{dataset.name}.") as staging:
         archive = Path(staging) / f"{dataset.name}.zip"
@@ -200,13 +202,18 @@ def download_beir(dataset: BeirDataset, root: Path) -> Path:
         if not dataset.is_complete(found):
             missing = [f for f in dataset.required_files() if not (found / f).is_file()]
             raise DatasetUnavailable(f"{dataset.url}: archive lacks {dataset.name}/{missing[0]}")
-        if target.exists():  # never by an interrupted download (staged, then renamed): placed there by hand
-            raise DatasetUnavailable(f"{target} exists but is not a complete {dataset.name} "
-                                     f"({', '.join(dataset.required_files())}): complete it, or move it away to "
-                                     f"let the download take its place")
+        if dataset.is_complete(target):  # another process's download finished first
+            return target
+        if target.exists():
+            raise DatasetUnavailable(_hand_placed(dataset, target))
         os.replace(found, target)
     logger.info("BEIR %s: downloaded to %s", dataset.name, target)
     return target
+
+
+def _hand_placed(dataset: BeirDataset, target: Path) -> str:
+    return (f"{target} exists but is not a complete {dataset.name} ({', '.join(dataset.required_files())}): "
+            f"complete it, or move it away to let the download take its place")
 
 
 def fetch(url: str, dest: Path, chunk: int = 1 << 20) -> None:

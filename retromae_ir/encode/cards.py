@@ -112,12 +112,12 @@ class EncoderCard:
         from retromae_ir.io import checkpoint_file_digests
 
         checkpoint = Path(self.checkpoint_path())
-        if not checkpoint.is_dir():
-            config = checkpoint_file(self.checkpoint_path(), "config.json")
-            if config is None:
-                return {}
-            checkpoint = Path(config).parent
-        return checkpoint_file_digests(checkpoint)
+        if checkpoint.is_dir():
+            return checkpoint_file_digests(checkpoint)
+        config = checkpoint_file(self.checkpoint_path(), "config.json")
+        digests = checkpoint_file_digests(Path(config).parent) if config is not None else {}
+        # a snapshot without its weights yet (only config.json fetched) is not known: {} rather than a partial key
+        return digests if any(name.endswith((".safetensors", ".bin")) for name in digests) else {}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

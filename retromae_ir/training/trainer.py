@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from retromae_ir.io import (CHECKPOINT_FILES, as_stored, atomic_dir, atomic_write, file_digest, output_lock,
+from retromae_ir.io import (as_stored, atomic_dir, atomic_write, checkpoint_files, file_digest, output_lock,
                             remove_stale_temporaries)
 from retromae_ir.training.arguments import TrainingArguments
 
@@ -466,12 +466,6 @@ def plot_loss_curves(history: list[dict], path: Path, title: str) -> None:
 PUBLISHED_LAST = ("config.json", "card.yaml")  # what marks a finished output (the chain's done files), in this order
 
 
-def published_files(output: Path) -> set[str]:
-    """The model files at the top of ``output`` (weights, config, tokenizer, card): what a publish puts there."""
-    return {path.name for pattern in (*CHECKPOINT_FILES, *PUBLISHED_LAST) for path in output.glob(pattern)
-            if path.is_file()}
-
-
 def _publish(checkpoint: Path, output: Path) -> None:
     """Copy a checkpoint's files to the top of ``output``, each by an atomic rename. The files that mark a finished
     output (``PUBLISHED_LAST``) are taken down first and put back last, so a kill midway never leaves an output
@@ -479,8 +473,8 @@ def _publish(checkpoint: Path, output: Path) -> None:
     load as the identity)."""
     for name in PUBLISHED_LAST:
         (output / name).unlink(missing_ok=True)
-    for stale in published_files(output) - {item.name for item in checkpoint.iterdir()}:
-        (output / stale).unlink()  # an earlier publish's file this checkpoint lacks (a projection, say)
+    for stale in {path.name for path in checkpoint_files(output)} - {item.name for item in checkpoint.iterdir()}:
+        (output / stale).unlink()  # an earlier publish's model file this checkpoint lacks (a projection, say)
     last = {name: place for place, name in enumerate(PUBLISHED_LAST, 1)}
     for item in sorted(checkpoint.iterdir(), key=lambda item: (last.get(item.name, 0), item.name)):
         target = output / item.name

@@ -186,3 +186,18 @@ def test_a_hand_placed_incomplete_folder_is_never_deleted_by_the_download(tmp_pa
     with pytest.raises(DatasetUnavailable, match="nfcorpus exists but is not a complete nfcorpus"):
         resolve_beir("nfcorpus")
     assert (mine / "corpus.jsonl").read_text() == "my own corpus\n"
+
+
+def test_a_download_finished_by_another_process_first_is_used(tmp_path, monkeypatch):
+    """Two processes download the same dataset: the one that renames second finds a complete folder in place and
+    uses it, instead of calling it hand-placed and failing."""
+    serve_zip(tmp_path, "nfcorpus", FILES)
+    real = beir.fetch
+
+    def racing(url, dest, *args, **kwargs):
+        real(url, dest, *args, **kwargs)
+        make_dataset(tmp_path / "cache" / "beir", "nfcorpus")  # the other process's rename lands meanwhile
+
+    monkeypatch.setattr(beir, "fetch", racing)
+    folder = resolve_beir("nfcorpus")
+    assert folder == tmp_path / "cache" / "beir" / "nfcorpus" and beir.get_beir_dataset("nfcorpus").is_complete(folder)

@@ -417,6 +417,16 @@ def test_a_hub_checkpoints_revision_keys_the_index(offline_hub):
     assert load_card("retromae").checkpoint_digests()
 
 
+def test_a_hub_snapshot_without_its_weights_is_unknown_not_another_model(offline_hub, tmp_path):
+    """Only config.json cached (the card's pooling was looked up, the weights never loaded here): {} ("unknown",
+    so an index built elsewhere is still searched), not a key of config alone that would differ from the index's."""
+    source = tmp_path / "config-only"
+    source.mkdir()
+    (source / "config.json").write_bytes((offline_hub[HEADLESS] / "config.json").read_bytes())
+    cache_repo(offline_hub["cache"], "someone/config-only", source)
+    assert load_card("retromae", checkpoint="someone/config-only").checkpoint_digests() == {}
+
+
 def test_a_fresh_process_finds_the_cache_from_the_environment_alone(hub_cache, tmp_path):
     """What a user does: HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE=1 in the environment, nothing patched."""
     script = textwrap.dedent(f"""

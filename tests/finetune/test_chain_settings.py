@@ -2,6 +2,8 @@
 stage is refused (the stale-cache guard of retromae_ir/chain/settings.py)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from retromae_ir.chain.config import ChainConfig
@@ -222,7 +224,7 @@ def test_a_stage_output_without_a_record_is_made_again(tmp_path):
     chain = SimpleNamespace(output=tmp_path, results={}, results_path=tmp_path / "results.json",
                             record=lambda name, **values: chain.results.setdefault(name, {}).update(values),
                             stale=lambda *args: Chain.stale(chain, *args),
-                            discard=lambda *args: Chain.discard(chain, *args))
+                            discard=lambda *args: Chain.discard(chain, *args), save_results=lambda: None)
 
     def mine(text):
         return lambda: runs.append(done.write_text(text))
@@ -241,6 +243,64 @@ def test_a_stage_output_without_a_record_is_made_again(tmp_path):
     assert len(runs) == 3 and done.read_text() == "mined from the new stage 1\n"
     Chain.timed(chain, "2-mined-negatives", done, mine("again\n"), inputs=(source,))
     assert len(runs) == 3
+    # an entry recorded before the digests existed is adopted as it stands, never deleted and made again
+    chain.results["2-mined-negatives"] = {"wall_s": 1.0, "dense": {"ndcg@10": 0.5}}
+    Chain.timed(chain, "2-mined-negatives", done, mine("again\n"), inputs=(source,))
+    assert len(runs) == 3 and done.read_text() == "mined from the new stage 1\n"
+    assert chain.results["2-mined-negatives"]["dense"] == {"ndcg@10": 0.5}
+    assert chain.results["2-mined-negatives"]["output"] == chain_digest(done)
+
+
+def chain_digest(path):
+    from retromae_ir.chain.stages import artifact_digest
+
+    return artifact_digest(path)
+
+
+def test_an_unrecorded_stage_trained_from_other_inputs_starts_afresh(tmp_path):
+    """A training stage interrupted before its record resumes from its checkpoints, unless the inputs it started
+    from were made again since (the trainer would refuse to resume them, and the chain could not go on)."""
+    from types import SimpleNamespace
+
+    from retromae_ir.chain.stages import Chain
+
+    source, folder = tmp_path / "negatives.jsonl", tmp_path / "2-stage2"
+    source.write_text("old\n")
+    (folder / "checkpoints").mkdir(parents=True)
+    seen = []
+
+    def train():
+        seen.append((folder / "checkpoints").exists())
+        folder.mkdir(exist_ok=True)
+        (folder / "card.yaml").write_text("kind: dupmae\n")
+
+    chain = SimpleNamespace(output=tmp_path, results={}, config=ChainConfig(), inputs=INPUTS,
+                            started_path=tmp_path / "started.json",
+                            record=lambda name, **values: chain.results.setdefault(name, {}).update(values),
+                            stale=lambda *args: Chain.stale(chain, *args))
+    made_from = {"negatives.jsonl": chain_digest(source)}
+    chain.started = {"2-stage2": {"folder": "2-stage2", "made_from": made_from}}
+    Chain.timed(chain, "2-stage2", folder / "card.yaml", train, inputs=(source,))
+    assert seen == [True]  # same inputs: resumed from its checkpoints
+    chain.results.clear()
+    (folder / "card.yaml").unlink()
+    source.write_text("mined again\n")
+    Chain.timed(chain, "2-stage2", folder / "card.yaml", train, inputs=(source,))
+    assert seen == [True, False] and chain.started["2-stage2"]["made_from"] == {"negatives.jsonl":
+                                                                                chain_digest(source)}
+
+
+def test_results_are_saved_in_pipeline_order(tmp_path):
+    """A stage made again is recorded last; results.json (and so the report and its plot) keep pipeline order."""
+    from types import SimpleNamespace
+
+    from retromae_ir.chain.stages import Chain
+
+    chain = SimpleNamespace(results={"baseline-bm25": {}, "2-stage2": {}, "1-stage1": {}, "0-pretrain": {}},
+                            results_path=tmp_path / "results.json")
+    Chain.save_results(chain)
+    assert list(json.loads((tmp_path / "results.json").read_text())) == ["baseline-bm25", "0-pretrain", "1-stage1",
+                                                                         "2-stage2"]
 
 
 def test_a_given_pretraining_is_started_from_and_never_trained(tmp_path):
