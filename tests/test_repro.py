@@ -104,3 +104,12 @@ def test_a_relative_runs_root_is_read_where_the_command_wrote_it(tmp_path, monke
     monkeypatch.setattr(matrix, "REPO", tmp_path / "repo")
     outcome = matrix.run_condition(condition, Path("runs"), 0.001)
     assert outcome.scores["ndcg@10"] == 0.5 and not outcome.failures
+
+
+def test_a_bm25_condition_with_other_parameters_reads_their_folder():
+    """eval/beir_all.py writes other k1/b to runs/bm25-k1_<k1>-b_<b>/: the condition looks there for its table."""
+    from retromae_ir.repro.matrix import Condition
+
+    assert Condition(name="c", dataset="scifact", retriever="bm25", expected={}).label == "bm25"
+    assert Condition(name="c", dataset="scifact", retriever="bm25", expected={},
+                     extra_args=("--k1", "1.2", "--b", "0.75", "--threads", "1")).label == "bm25-k1_1.2-b_0.75"

@@ -33,8 +33,16 @@ class Condition:
     @property
     def label(self) -> str:
         """The folder eval/beir_all.py writes this condition's results to."""
-        if self.retriever:
-            return self.retriever
+        if self.retriever:  # bm25, named with its k1 and b when the extra arguments change them
+            import argparse
+
+            from retromae_ir.bm25 import BM25Params, BM25Retriever
+            from retromae_ir.evaluate.retrievers import add_retriever_arguments
+
+            parser = argparse.ArgumentParser()
+            add_retriever_arguments(parser)
+            args, _ = parser.parse_known_args(["--retriever", self.retriever, *self.extra_args])
+            return BM25Retriever(Path("."), BM25Params(args.k1, args.b)).name
         from retromae_ir.encode.cards import load_card
         from retromae_ir.search.retriever import retriever_name
 
