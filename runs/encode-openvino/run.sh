@@ -13,8 +13,4 @@ for round in 1 2; do
         done
     done
 done
-T=../shared/data/topics-and-qrels
-$py benchmarks/encode_search.py --corpus ../shared/data/beir/scifact/corpus.jsonl \
-    --index /tmp/none --queries /tmp/none --topics $T/topics.beir-v1.0.0-scifact.test.tsv.gz \
-    --qrels $T/qrels.beir-v1.0.0-scifact.test.txt --work /tmp/rir_bench/splade \
-    --threads 2 --encode-docs 1000 --rounds 2 --skip precision search sizes > $out/encode-search-2-rounds.log 2>&1
+bash runs/encode-interleaved.sh $out/encode-search-2-rounds.log
