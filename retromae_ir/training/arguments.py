@@ -24,6 +24,9 @@ class TrainingArguments:
                 "change, the learning rate is then re-planned); with no checkpoint yet, start from step 0"})
     overwrite: bool = field(default=False, metadata={"help": "discard a non-empty OUTPUT and start afresh"})
     seed: int = field(default=42)
+    nondeterministic: bool = field(default=False, metadata={
+        "help": "allow PyTorch's nondeterministic kernels (by default training uses deterministic ones, so two runs "
+                "of the same seed give the same weights)"})
     device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
 
     def __post_init__(self):

@@ -149,3 +149,20 @@ def test_existing_output_needs_resume(tiny_bert_dir, corpus, tmp_path, capsys):
     (output / "config.json").write_text("{}")
     line = refused(main, _args(tiny_bert_dir, corpus, output), capsys)
     assert "--resume" in line and "--overwrite" in line
+
+
+@pytest.mark.parametrize("nondeterministic", [False, True])
+def test_training_runs_deterministic_kernels_unless_asked_not_to(tiny_bert_dir, corpus, tmp_path, monkeypatch,
+                                                               nondeterministic):
+    """Two CPU runs of the same seed used to differ by rounding (embedding gradients summed in thread order),
+    enough to move a chain's nDCG@10 by 0.006: training now runs PyTorch's deterministic kernels, and puts the
+    process's setting back afterwards (encoding and tests after it are unaffected)."""
+    trainer = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", max_steps=1,
+                                                             nondeterministic=nondeterministic))
+    seen, step = [], trainer.train_step
+    monkeypatch.setattr(trainer, "train_step", lambda: seen.append(torch.are_deterministic_algorithms_enabled())
+                        or step())
+    before = torch.are_deterministic_algorithms_enabled()
+    trainer.train()
+    assert seen == [not nondeterministic] and torch.are_deterministic_algorithms_enabled() == before
+    assert "nondeterministic" not in trainer.identity  # rounding only: a run may resume with the other setting
