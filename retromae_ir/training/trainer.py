@@ -201,7 +201,7 @@ def deterministic_kernels(on: bool = True) -> Iterator[None]:
     """PyTorch's deterministic kernels inside the block, as before after it. Without them, two CPU runs of the same
     seed differed by rounding after the first steps (embedding gradients summed in thread order), enough to move a
     fine-tuned stage's nDCG@10 by 0.006 over a chain; with them the weights are bit-identical, at no measured cost
-    (15 steps of scifact stage 1: 52.3 s against 52.7 s). ``warn_only``: an op without a deterministic kernel warns
+    (``runs/deterministic/run.log``). ``warn_only``: an op without a deterministic kernel warns
     instead of failing; on CUDA cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG``, set here unless the user set it."""
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     if on:
