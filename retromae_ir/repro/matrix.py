@@ -32,28 +32,27 @@ class Condition:
 
     @property
     def label(self) -> str:
-        """The folder eval/beir_all.py writes this condition's results to."""
-        if self.retriever:  # bm25, named with its k1 and b when the extra arguments change them
-            import argparse
+        """The folder eval/beir_all.py writes this condition's results to: the name of the retriever its own code
+        makes from the same arguments (bm25 with other --k1/--b, a card with another --search, each their own)."""
+        import argparse
 
-            from retromae_ir.bm25 import BM25Params, BM25Retriever
-            from retromae_ir.evaluate.retrievers import add_retriever_arguments
+        from retromae_ir.evaluate.retrievers import add_retriever_arguments, make_retriever
 
-            parser = argparse.ArgumentParser()
-            add_retriever_arguments(parser)
-            args, _ = parser.parse_known_args(["--retriever", self.retriever, *self.extra_args])
-            return BM25Retriever(Path("."), BM25Params(args.k1, args.b)).name
-        from retromae_ir.encode.cards import load_card
-        from retromae_ir.search.retriever import retriever_name
+        parser = argparse.ArgumentParser()
+        add_retriever_arguments(parser)
+        args, _ = parser.parse_known_args([*self.chooser, *self.extra_args])
+        return make_retriever(args).name
 
-        return retriever_name(load_card(self.encoder), self.search)
+    @property
+    def chooser(self) -> list[str]:
+        """The retriever's arguments of eval/beir_all.py."""
+        return (["--retriever", self.retriever] if self.retriever
+                else ["--encoder", self.encoder, *(["--search", self.search] if self.search else [])])
 
     def command(self, runs_root: Path) -> list[str]:
         base = [sys.executable, str(REPO / "eval" / "beir_all.py"), "--datasets", self.dataset,
                 "--runs-dir", str(runs_root / self.name)]
-        chooser = (["--retriever", self.retriever] if self.retriever
-                   else ["--encoder", self.encoder, *(["--search", self.search] if self.search else [])])
-        return base + chooser + list(self.extra_args)
+        return base + self.chooser + list(self.extra_args)
 
     def results_csv(self, runs_root: Path) -> Path:
         return runs_root / self.name / self.label / "beir-results.csv"
