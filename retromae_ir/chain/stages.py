@@ -57,17 +57,16 @@ def grad_cache_flags(config: ChainConfig, group: int) -> list[str]:
 
 def artifact_digest(path: Path) -> dict | str:
     """What a stage's output (or an input it reads) is keyed by, wherever the chain's folder lies: a card by its
-    fingerprint but the checkpoint's path, and its checkpoint's files (weights, config, tokenizer: a stage's own card
-    by the folder it lies in, even when copied elsewhere); a checkpoint folder (or its ``config.json``) by those
-    files; any other file by its bytes. A card that cannot be loaded is keyed by why, so it is never current."""
+    fingerprint but the checkpoint's path, and the files of the checkpoint it names (weights, config, tokenizer:
+    what a stage reading the card trains from); a checkpoint folder (or its ``config.json``) by those files; any
+    other file by its bytes. A card that cannot be loaded is keyed by why, so it is never current."""
     from retromae_ir.encode.cards import CardError, load_card
 
     path = Path(path)
     if path.suffix == ".yaml":
         try:
             card = load_card(path)
-            own = path.name == "card.yaml" and (path.parent / "config.json").is_file()
-            checkpoint = checkpoint_key(path.parent if own else card.checkpoint_path())
+            checkpoint = checkpoint_key(card.checkpoint_path())
         except CardError as error:
             return f"not found: {error}"
         return {"card": dataclasses.replace(card, checkpoint="").fingerprint(), "checkpoint": checkpoint}
@@ -199,11 +198,20 @@ class Chain:
         """A DupMAE card over ``checkpoint`` with the configuration's lengths and k; pooling and normalisation are
         what the checkpoint declares (retromae_ir/encode/declared.py)."""
         c, card = self.config, self.output / f"{name}.yaml"
-        card.write_text(yaml.safe_dump({"checkpoint": str(checkpoint), "kind": "dupmae",
+        card.write_text(yaml.safe_dump({"checkpoint": self.as_written(checkpoint), "kind": "dupmae",
                                         "dims": self.hidden(checkpoint), "k": c.k, "query_k": c.query_k,
                                         "sparse_weight": sparse_weight, "max_query_length": c.query_length,
                                         "max_passage_length": c.passage_length}))
         return card
+
+    def as_written(self, checkpoint: Path | str) -> str:
+        """A checkpoint folder inside the chain's folder relative to it (a card there reads it so: the folder can
+        move), another local folder absolute, a hub name as given."""
+        path = Path(checkpoint).expanduser()
+        if not path.is_dir():
+            return str(checkpoint)
+        path, output = path.resolve(), self.output.resolve()
+        return f"./{path.relative_to(output)}" if path.is_relative_to(output) else str(path)
 
     @staticmethod
     def hidden(checkpoint: Path | str) -> int:

@@ -3,6 +3,10 @@
 Every command takes a card name (``encoders/<name>.yaml``) or a card path. The card's fingerprint is stored
 in each index manifest, so an index is never searched with queries encoded by a different configuration.
 
+A relative checkpoint folder in a card file (``.``, ``./x``, ``../x``, ``x/y/z``) is relative to the card's folder,
+not to the working directory: a fine-tuned output's ``card.yaml`` says ``checkpoint: .``, so the folder can be
+moved or copied whole and its card still names the weights beside it.
+
 ``pooling`` and ``normalize`` left unset follow what the checkpoint declares (sentence-transformers'
 ``modules.json``, see :mod:`retromae_ir.encode.declared`), else the family's default ([CLS], no normalisation);
 an explicit value always wins. ``sparse_weight`` is Eq. 12's weight of the OT side against the dense side.
@@ -128,6 +132,14 @@ class EncoderCard:
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _beside(card_file: Path, checkpoint: str) -> str:
+    """``checkpoint`` as written in ``card_file``: a relative local folder resolved against the card's folder."""
+    expanded = os.path.expanduser(checkpoint)
+    if checkpoint == PACKAGED_MINILM or os.path.isabs(expanded) or not _local_path(checkpoint):
+        return checkpoint
+    return str((card_file.resolve().parent / expanded).resolve())
+
+
 def _local_path(checkpoint: str) -> bool:
     """Whether ``checkpoint`` can only name a local folder, not a hub model (``name`` or ``owner/name``)."""
     return (os.path.isabs(os.path.expanduser(checkpoint)) or checkpoint.startswith((".", "~"))
@@ -160,6 +172,8 @@ def load_card(name_or_path: str | os.PathLike | EncoderCard, **overrides) -> Enc
     if not isinstance(data, dict):
         raise CardError(f"card {path} must be a mapping of fields")
     data.setdefault("name", path.stem)
+    if isinstance(data.get("checkpoint"), str) and "checkpoint" not in overrides:
+        data["checkpoint"] = _beside(path, data["checkpoint"])
     data.update(overrides)
     known = {field.name for field in dataclasses.fields(EncoderCard)}
     unknown = sorted(set(data) - known)

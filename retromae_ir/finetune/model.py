@@ -71,10 +71,10 @@ def hf_model(encoder: EncoderModel) -> torch.nn.Module:
 
 
 def write_card(directory: Path, card: EncoderCard, description: str) -> Path:
-    """``DIR/card.yaml``: ``card`` with its checkpoint set to ``directory`` (absolute)."""
+    """``DIR/card.yaml``: ``card`` over the checkpoint beside it (``checkpoint: .``, which ``load_card`` reads as
+    the card's folder: the output stays whole when moved or copied)."""
     directory = Path(directory).resolve()
-    fields = dataclasses.replace(card, name=directory.name, checkpoint=str(directory),
-                                 description=description).to_dict()
+    fields = dataclasses.replace(card, name=directory.name, checkpoint=".", description=description).to_dict()
     with atomic_write(directory / CARD_FILE) as handle:
         yaml.safe_dump(fields, handle, sort_keys=False)
     return directory / CARD_FILE

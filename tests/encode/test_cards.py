@@ -48,3 +48,30 @@ def test_bad_cards_are_rejected(tmp_path, text, message):
 def test_unknown_card_name_lists_the_known_ones():
     with pytest.raises(CardError, match="dupmae-minilm"):
         load_card("no-such-card")
+
+
+def test_a_relative_checkpoint_is_the_card_folders_and_moves_with_it(tiny_bert_dir, tmp_path, monkeypatch):
+    """A fine-tuned output's ``checkpoint: .`` names the folder the card lies in: a copy of the folder reads its
+    own weights, never the original's (a chain output copied elsewhere trained its next stage from the original)."""
+    import shutil
+
+    original = tmp_path / "a" / "stage"
+    shutil.copytree(tiny_bert_dir, original)
+    (original / "card.yaml").write_text("checkpoint: .\nkind: cls-dense\ndims: 32\n")
+    (tmp_path / "a" / "beside.yaml").write_text("checkpoint: ./stage\nkind: cls-dense\ndims: 32\n")
+    (tmp_path / "a" / "up.yaml").write_text("checkpoint: ../a/stage\nkind: cls-dense\ndims: 32\n")
+    for card in ("stage/card.yaml", "beside.yaml", "up.yaml"):
+        assert load_card(tmp_path / "a" / card).checkpoint_path() == str(original.resolve())
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert load_card(tmp_path / "b" / "stage" / "card.yaml").checkpoint_path() == str((tmp_path / "b" / "stage"))
+    assert load_card(tmp_path / "b" / "beside.yaml").checkpoint == str(tmp_path / "b" / "stage")
+    shutil.rmtree(tmp_path / "a")
+    with pytest.raises(CardError, match="does not exist"):
+        load_card(tmp_path / "b" / "up.yaml").checkpoint_path()  # ../a/stage: relative to the card, not the cwd
+    # hub names, the packaged model and explicit overrides are taken as written
+    hub = tmp_path / "hub.yaml"
+    hub.write_text("checkpoint: Shitao/RetroMAE\nkind: retromae\ndims: 768\npooling: cls\nnormalize: false\n")
+    assert load_card(hub).checkpoint == "Shitao/RetroMAE"
+    assert load_card("minilm-cls").checkpoint == "packaged:all-MiniLM-L6-v2"
+    monkeypatch.chdir(tmp_path / "b")  # an override is the caller's path: relative to the working directory
+    assert load_card(tmp_path / "b" / "stage" / "card.yaml", checkpoint="./stage").checkpoint == "./stage"

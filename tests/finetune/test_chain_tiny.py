@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -139,6 +140,12 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     # a given teacher: the chain distils from it and trains no cross-encoder of its own
     given = tmp_path / "given"
     shutil.copytree(output, given)
+    # a copied output is whole: its cards name the copy's checkpoints (they named the original's, so the copy's
+    # next stage trained from the original folder while its digests followed the copy)
+    from retromae_ir.encode.cards import load_card
+
+    for card in ("0-pretrain.yaml", "1-stage1/card.yaml", "2-stage2/card.yaml"):
+        assert Path(load_card(given / card).checkpoint_path()).parent == given.resolve()
     for chain_dir in (given, given / chain.ABLATION):
         results = json.loads((chain_dir / "results.json").read_text())
         for stage in ("4-cross-encoder", "5-soft-labels", "3-distill"):

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_qrels
-from retromae_ir.encode import EncoderModel
+from retromae_ir.encode import EncoderModel, load_card
 from retromae_ir.finetune.arguments import DataArguments, LossArguments
 from retromae_ir.finetune.data import TrainExample
 from retromae_ir.finetune.__main__ import main as finetune
@@ -63,7 +63,8 @@ def test_stage1_mine_stage2(tiny_bert_dir, scifact_slice, tmp_path):
               "--queries", str(scifact_slice / "queries.jsonl"), "--qrels", str(scifact_slice / "qrels/train.tsv"),
               "--group-size", "1", "--max-steps", "2", "--output", str(tmp_path / "s1"), *common])
     stage1 = tmp_path / "s1" / "card.yaml"
-    assert yaml.safe_load(stage1.read_text())["checkpoint"] == str((tmp_path / "s1").resolve())
+    assert yaml.safe_load(stage1.read_text())["checkpoint"] == "."  # the folder beside the card, wherever it lies
+    assert load_card(stage1).checkpoint == str((tmp_path / "s1").resolve())
     assert (tmp_path / "s1" / "projection.safetensors").is_file() and (tmp_path / "s1" / "loss.png").is_file()
 
     queries = load_beir_queries(scifact_slice / "queries.jsonl")
