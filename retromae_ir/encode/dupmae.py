@@ -42,15 +42,19 @@ class DupMAEEncoderModel(EncoderModel):
         return self.mlm, self.mlm.base_model_prefix  # base_model is a read-only property over this attribute
 
     def _pack_outside_backbone(self):
-        """The tied decoder runs outside the compiled transformer, on the ordinary tokens' packed rows
-        (``max_pool_logits``): a :class:`PackedLinear` copy puts it on oneDNN too (it then goes through
-        ``max_pool_logits``' path for other decoders, [rows * tile / V, V] logits at a time). Not under bf16
-        autocast: 512 scifact documents, bf16, packed decoder 40.1 docs/s against eager's 40.7."""
+        """The LM head runs outside the compiled transformer, on the ordinary tokens' packed rows
+        (``max_pool_logits``): :class:`PackedLinear` copies of its decoder (tiled there) and of its transform's
+        dense layer put both on oneDNN too (the transform's went through MKL's ``addmm`` at about half the speed
+        on AMD's AVX-512 EPYC; runs/encode-head-rows/head_rows.log). Not under bf16 autocast: 512 scifact
+        documents, bf16, packed decoder 40.1 docs/s against eager's 40.7."""
         head = getattr(self.lm_head, "predictions", self.lm_head)
-        if self.bf16:  # aten's bf16 linear is oneDNN's already, and the tiled path is faster than another head's
+        if self.bf16 or not PackedLinear.available(self.device):  # aten's bf16 linear is oneDNN's already
             return
-        if type(getattr(head, "decoder", None)) is torch.nn.Linear and PackedLinear.available(self.device):
+        if type(getattr(head, "decoder", None)) is torch.nn.Linear:
             head.decoder = PackedLinear.of(head.decoder)
+        transform = getattr(head, "transform", None)
+        if type(getattr(transform, "dense", None)) is torch.nn.Linear:
+            transform.dense = PackedLinear.of(transform.dense)
 
     def represent(self, input_ids, attention_mask, k=None):
         hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

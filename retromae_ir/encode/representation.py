@@ -133,7 +133,10 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
         return _tiled_max(transformed, _decoder_tiles(decoder, vocab_tile), owner, counts, rows)
 
 
-CPU_ROWS = 512  # [512, 4096] fp32 logits (8 MiB) stay in the last-level cache between the product and the max
+# [256, 4096] fp32 logits (4 MiB) a tile. On AMD's AVX-512 EPYC the head ran at 460-486 GFLOP/s with 256 rows
+# against 419-458 with 512 (a 256-token document then has its own tile, reduced by ``amax``), equal pooled logits
+# (runs/encode-head-rows/head_rows.log)
+CPU_ROWS = 256
 ACCELERATOR_ROWS = 1024  # fewer, larger launches
 
 

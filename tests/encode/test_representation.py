@@ -158,7 +158,8 @@ def test_compiled_backbone_gives_the_eager_vectors(tiny_card, tiny_model):
     eager = tiny_model.encode_passage(texts)
     model = EncoderModel.from_card(tiny_card, device="cpu").compile_frozen()
     assert model.compiled and type(model.mlm.bert.compiled).__name__ == "OptimizedModule"
-    assert isinstance(model.lm_head.predictions.decoder, PackedLinear)  # the head's decoder on oneDNN too
+    assert isinstance(model.lm_head.predictions.decoder, PackedLinear)  # the head's decoder on oneDNN too,
+    assert isinstance(model.lm_head.predictions.transform.dense, PackedLinear)  # and its transform's dense layer
     for _ in range(2):  # the second call reuses the compiled graph with other lengths (dynamic shapes)
         compiled = model.encode_passage(texts)
         np.testing.assert_allclose(compiled.dense, eager.dense, atol=1e-5)
