@@ -16,12 +16,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 
 import yaml
 
+logger = logging.getLogger(__name__)
+
 CARD_DIR = Path(__file__).resolve().parents[2] / "encoders"
+OWN_CARD = "card.yaml"  # a fine-tuned output's card of the checkpoint beside it (retromae_ir.finetune.model)
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 KINDS = {  # kind -> (default pooling, has a sparse OT side)
     "dupmae": ("cls", True),
@@ -112,13 +116,16 @@ class EncoderCard:
         ``io.CHECKPOINT_FILES``): a local folder, or a hub name's cached snapshot (so another revision is another
         key; {} when the hub name is not cached): a checkpoint trained again into the same folder, or its tokenizer
         edited there, keeps the card's fingerprint but not these."""
-        from retromae_ir.encode.declared import checkpoint_file
+        from retromae_ir.encode.declared import UnknownFile, checkpoint_file
         from retromae_ir.io import checkpoint_file_digests
 
         checkpoint = Path(self.checkpoint_path())
         if checkpoint.is_dir():
             return checkpoint_file_digests(checkpoint)
-        config = checkpoint_file(self.checkpoint_path(), "config.json")
+        try:
+            config = checkpoint_file(self.checkpoint_path(), "config.json")
+        except UnknownFile:
+            return {}
         digests = checkpoint_file_digests(Path(config).parent) if config is not None else {}
         # a snapshot without its weights yet (only config.json fetched) is not known: {} rather than a partial key
         return digests if any(name.endswith((".safetensors", ".bin")) for name in digests) else {}
@@ -133,11 +140,20 @@ class EncoderCard:
 
 
 def _beside(card_file: Path, checkpoint: str) -> str:
-    """``checkpoint`` as written in ``card_file``: a relative local folder resolved against the card's folder."""
+    """``checkpoint`` as written in ``card_file``: a relative local folder resolved against the card's folder. An
+    output's own card (``card.yaml`` beside a ``config.json``) written before relative paths named its folder by
+    its absolute path: in a copied or moved output that path is the original's, so the folder beside it is used."""
     expanded = os.path.expanduser(checkpoint)
+    folder = card_file.resolve().parent
+    if card_file.name == OWN_CARD and (folder / "config.json").is_file() and os.path.isabs(expanded) \
+            and Path(expanded).resolve() != folder:
+        logger.warning("%s names %s, not the folder it lies in: a card written before 2026-11-25 in an output since "
+                       "copied or moved; reading the checkpoint beside it (write `checkpoint: .` to silence this)",
+                       card_file, checkpoint)
+        return str(folder)
     if checkpoint == PACKAGED_MINILM or os.path.isabs(expanded) or not _local_path(checkpoint):
         return checkpoint
-    return str((card_file.resolve().parent / expanded).resolve())
+    return str((folder / expanded).resolve())
 
 
 def _local_path(checkpoint: str) -> bool:

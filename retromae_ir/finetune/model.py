@@ -19,7 +19,7 @@ import yaml
 
 from retromae_ir.encode import MODEL_CLASSES, EncoderModel
 from retromae_ir.encode.base import PROJECTION_FILE
-from retromae_ir.encode.cards import EncoderCard
+from retromae_ir.encode.cards import OWN_CARD, EncoderCard
 from retromae_ir.encode.representation import score
 from retromae_ir.finetune.arguments import DataArguments, LossArguments
 from retromae_ir.finetune.data import GroupCollator
@@ -27,7 +27,6 @@ from retromae_ir.finetune.losses import contrastive_loss, default_temperature, d
 from retromae_ir.io import atomic_write
 from retromae_ir.training.distributed import gather_with_grad
 
-CARD_FILE = "card.yaml"
 METADATA_FILE = "retromae_ir.json"
 
 
@@ -75,9 +74,9 @@ def write_card(directory: Path, card: EncoderCard, description: str) -> Path:
     the card's folder: the output stays whole when moved or copied)."""
     directory = Path(directory).resolve()
     fields = dataclasses.replace(card, name=directory.name, checkpoint=".", description=description).to_dict()
-    with atomic_write(directory / CARD_FILE) as handle:
+    with atomic_write(directory / OWN_CARD) as handle:
         yaml.safe_dump(fields, handle, sort_keys=False)
-    return directory / CARD_FILE
+    return directory / OWN_CARD
 
 
 class BiEncoder(torch.nn.Module):

@@ -75,3 +75,22 @@ def test_a_relative_checkpoint_is_the_card_folders_and_moves_with_it(tiny_bert_d
     assert load_card("minilm-cls").checkpoint == "packaged:all-MiniLM-L6-v2"
     monkeypatch.chdir(tmp_path / "b")  # an override is the caller's path: relative to the working directory
     assert load_card(tmp_path / "b" / "stage" / "card.yaml", checkpoint="./stage").checkpoint == "./stage"
+
+
+def test_an_old_own_card_in_a_copied_output_reads_the_weights_beside_it(tiny_bert_dir, tmp_path, caplog):
+    """Outputs written before relative paths named their own folder absolutely: in a copy that is the original's
+    folder (other weights, exit 0). A ``card.yaml`` beside a ``config.json`` now reads the checkpoint beside it,
+    with a warning; any other card keeps the absolute path it names."""
+    import shutil
+
+    original = tmp_path / "a" / "stage"
+    shutil.copytree(tiny_bert_dir, original)
+    (original / "card.yaml").write_text(f"checkpoint: {original}\nkind: cls-dense\ndims: 32\n")
+    (tmp_path / "a" / "other.yaml").write_text(f"checkpoint: {original}\nkind: cls-dense\ndims: 32\n")
+    assert load_card(original / "card.yaml").checkpoint == str(original)  # in place: as written, no warning
+    assert not caplog.records
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with caplog.at_level("WARNING"):
+        assert load_card(tmp_path / "b" / "stage" / "card.yaml").checkpoint == str(tmp_path / "b" / "stage")
+    assert "not the folder it lies in" in caplog.text
+    assert load_card(tmp_path / "b" / "other.yaml").checkpoint == str(original)
