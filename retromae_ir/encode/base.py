@@ -41,9 +41,13 @@ class Encoded:
 def load_projection(checkpoint: str, hidden_size: int, dims: int) -> torch.nn.Linear | None:
     """W_cls from ``projection.safetensors`` (weight [d', d], optional bias) of a local or hub checkpoint; None means
     identity (d' = d)."""
-    from retromae_ir.encode.declared import checkpoint_file
+    from retromae_ir.encode.declared import UnknownFile, checkpoint_file
 
-    found = checkpoint_file(checkpoint, PROJECTION_FILE)
+    try:
+        found = checkpoint_file(checkpoint, PROJECTION_FILE)
+    except UnknownFile as error:  # published checkpoints have none, and transformers never caches one
+        logger.warning("%s; no projection (W_cls) used", error)
+        found = None
     path = Path(found) if found else None
     if path is None:
         if dims != hidden_size:

@@ -5,8 +5,10 @@ L2-normalises (a ``Normalize`` module in ``modules.json``). An encoder card that
 ``normalize`` unset follows that declaration, so all-MiniLM-L6-v2 is read with the mean pooling and cosine it was
 trained for (nDCG@10 0.6451 on scifact, against 0.5175 with [CLS]); a checkpoint that declares nothing (a BERT-style
 MLM checkpoint, the papers' case) keeps its family's default. Files are looked up in a local directory, then in
-the Hugging Face cache, then downloaded (unless ``HF_HUB_OFFLINE`` is set); a checkpoint that cannot be reached
-declares nothing.
+the Hugging Face cache, then downloaded (unless ``HF_HUB_OFFLINE`` is set). A hub checkpoint whose files cannot be
+looked up (offline, or the hub unreachable, and not in the cache: transformers caches its weights without
+``modules.json``) is an error, not "declares nothing": read as [CLS] without normalisation, all-MiniLM-L6-v2 would
+silently be another representation. Set ``pooling`` and ``normalize`` in the card to need no lookup.
 """
 from __future__ import annotations
 
@@ -25,7 +27,11 @@ POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "m
 
 
 class DeclarationError(ValueError):
-    """The checkpoint declares a pipeline this toolkit cannot reproduce."""
+    """The checkpoint declares a pipeline this toolkit cannot reproduce, or what it declares cannot be read."""
+
+
+class UnknownFile(DeclarationError):
+    """Whether a hub checkpoint has a file cannot be told here (offline or unreachable, and not in the cache)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +42,14 @@ class Declared:
 
 def declared_pipeline(checkpoint: str) -> Declared:
     """The pooling and normalisation ``checkpoint`` (a local directory or a hub name) declares."""
+    try:
+        return _declared(checkpoint)
+    except UnknownFile as error:
+        raise UnknownFile(f"{error}; set pooling and normalize in the encoder card, give the checkpoint as a local "
+                          "folder, or let the hub be reached once") from None
+
+
+def _declared(checkpoint: str) -> Declared:
     modules_file = checkpoint_file(checkpoint, MODULES)
     if modules_file is None:
         return Declared()
@@ -60,21 +74,29 @@ def _pooling(config: dict, where: str | os.PathLike) -> str:
 
 
 def checkpoint_file(checkpoint: str, filename: str) -> str | None:
-    """``filename`` of a local checkpoint directory, else of a hub checkpoint (cache first, then download)."""
+    """``filename`` of a local checkpoint directory, else of a hub checkpoint (cache first, then download); None
+    when the checkpoint has no such file. :class:`UnknownFile` when a hub checkpoint's file is neither in the cache
+    (nor cached as missing) nor downloadable (``HF_HUB_OFFLINE``, or the hub unreachable)."""
     local = Path(checkpoint)
     if local.is_dir():
         return str(local / filename) if (local / filename).is_file() else None
     if local.is_absolute() or checkpoint.count("/") != 1:
         return None  # neither a directory nor a hub name (owner/name)
-    try:
-        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import RemoteEntryNotFoundError
 
-        cached = try_to_load_from_cache(checkpoint, filename)
-        if isinstance(cached, str):
-            return cached
-        if cached is not None or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
-            return None  # cached as missing, or offline
-        return hf_hub_download(checkpoint, filename)
-    except Exception as exc:  # noqa: BLE001 - an unreachable hub means "declares nothing", not a failure
-        logger.debug("%s: no %s (%s)", checkpoint, filename, exc)
-        return None
+    cached = try_to_load_from_cache(checkpoint, filename)
+    if isinstance(cached, str):
+        return cached
+    if cached is not None:
+        return None  # cached as missing
+    why = "HF_HUB_OFFLINE is set"
+    if os.environ.get("HF_HUB_OFFLINE", "0") in ("0", "", "false"):
+        try:
+            return hf_hub_download(checkpoint, filename)
+        except RemoteEntryNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - whatever the reason, the file's presence is unknown
+            why = f"{type(exc).__name__}: {exc}"
+    raise UnknownFile(f"cannot tell whether {checkpoint} has {filename}: not in the Hugging Face cache and not "
+                      f"downloadable ({why})")

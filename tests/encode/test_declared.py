@@ -71,4 +71,20 @@ def test_hub_name_resolves_through_the_offline_cache(tiny_bert_dir, tmp_path, mo
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     resolved = card("someone/st-model")
     assert (resolved.pooling, resolved.normalize) == ("mean", True)
-    assert card("someone/not-cached").pooling == "cls"  # offline and not cached: declares nothing
+    # offline and not cached: unknown, an error naming the fix (it was read as "declares nothing": [CLS], no
+    # normalisation, silently another representation of a sentence-transformers model)
+    with pytest.raises(CardError, match="cannot tell whether someone/not-cached has modules.json.*set pooling and "
+                                        "normalize in the encoder card"):
+        card("someone/not-cached")
+    assert card("someone/not-cached", pooling="cls", normalize=False).pooling == "cls"  # explicit: no lookup
+    # weights cached by transformers alone (no modules.json, nor a record of its absence): unknown as well
+    plain = tmp_path / "hub" / "models--someone--plain" / "snapshots" / "def456"
+    shutil.copytree(tiny_bert_dir, plain)
+    (tmp_path / "hub" / "models--someone--plain" / "refs").mkdir()
+    (tmp_path / "hub" / "models--someone--plain" / "refs" / "main").write_text("def456")
+    with pytest.raises(CardError, match="cannot tell whether someone/plain has modules.json"):
+        card("someone/plain")
+    # the hub's record that the repository has no modules.json: declares nothing, the family's default
+    (tmp_path / "hub" / "models--someone--plain" / ".no_exist" / "def456").mkdir(parents=True)
+    (tmp_path / "hub" / "models--someone--plain" / ".no_exist" / "def456" / "modules.json").touch()
+    assert (card("someone/plain").pooling, card("someone/plain").normalize) == ("cls", False)

@@ -262,10 +262,12 @@ def identity_head_sparse(snapshot: Path, texts: list[str], max_length: int, k: i
 
 
 def dupmae_card(tmp_path: Path, checkpoint: str, **fields) -> Path:
-    """A DupMAE card over a hub checkpoint (no DupMAE checkpoint is published, so none is shipped)."""
+    """A DupMAE card over a hub checkpoint (no DupMAE checkpoint is published, so none is shipped); pooling set, as
+    the cache holds what transformers fetched (no ``modules.json``) and the hub is offline."""
     path = tmp_path / "dupmae-hub.yaml"
     path.write_text(yaml.safe_dump({"checkpoint": checkpoint, "kind": "dupmae", "dims": HIDDEN, "k": 16,
-                                    "max_query_length": 32, "max_passage_length": 64, **fields}))
+                                    "max_query_length": 32, "max_passage_length": 64, "pooling": "cls",
+                                    "normalize": False, **fields}))
     return path
 
 
