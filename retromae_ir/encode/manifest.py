@@ -72,12 +72,20 @@ def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
                              + "; ".join(diffs))
 
 
+def manifest_precision(manifest: dict) -> str:
+    """The arithmetic that encoded an index's documents: ``precision``, or for a manifest written before that
+    field, its ``int8`` / ``bf16`` flags (read as fp32, an old bf16 index was searched with fp32 queries)."""
+    if "precision" in manifest:
+        return manifest["precision"]
+    return "int8" if manifest.get("int8") else "bf16" if manifest.get("bf16") else "fp32"
+
+
 def check_precision(manifest: dict, model, where: str | os.PathLike) -> None:
     """Refuse a loaded model whose arithmetic (fp32, bf16 autocast, int8) is not the one that encoded ``where``'s
     documents: queries are encoded as the documents were, and a mix gives figures for a precision nobody chose."""
     from retromae_ir.encode.corpus import precision
 
-    built, used = manifest.get("precision", "fp32"), precision(model)
+    built, used = manifest_precision(manifest), precision(model)
     if built != used:
         raise IndexMismatchError(f"{where} was encoded in {built}, and the model given runs in {used}: load it in "
                                  f"{built} (EncoderModel.from_card(..., bf16=...)), or pass the card instead")

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from retromae_ir.encode.base import Encoded, EncoderModel
-from retromae_ir.encode.manifest import check_precision
+from retromae_ir.encode.manifest import check_precision, manifest_precision
 from retromae_ir.search.brute_force import top_hits
 from retromae_ir.search.index import MODES, HybridIndex
 
@@ -48,7 +48,7 @@ class ExactHybridSearcher:
     def model(self) -> EncoderModel:
         """Queries are encoded in the precision the documents were (the manifest's: fp32, bf16 autocast, int8)."""
         if self._model is None:
-            precision = self.index.manifest.get("precision", "fp32")
+            precision = manifest_precision(self.index.manifest)
             device = self.device or ("cpu" if precision == "int8" else None)  # int8 runs on the CPU only
             model = EncoderModel.from_card(self.index.card, device=device, bf16=precision == "bf16")
             self._model = model.quantize_int8() if precision == "int8" else model
@@ -73,9 +73,8 @@ class ExactHybridSearcher:
         depth = self.candidates
         dense_ids = None
         if self.mode == "dense":  # faiss's own top k (not capped at K'), ties at the cut by docid as elsewhere
-            dense_scores, dense_ids = self.index.faiss_index.search(np.ascontiguousarray(encoded.dense), k)
             return [top_hits(scores[ids >= 0], self.index.docids, k, ids[ids >= 0])
-                    for ids, scores in zip(dense_ids, dense_scores)]
+                    for scores, ids in self._dense_top(np.ascontiguousarray(encoded.dense), k)]
         if self.mode == "hybrid":
             dense_scores, dense_ids = self.index.faiss_index.search(np.ascontiguousarray(encoded.dense), depth)
         sparse = encoded.sparse.tocsr()
@@ -89,6 +88,21 @@ class ExactHybridSearcher:
             return [one(b) for b in range(len(encoded))]
         with ThreadPoolExecutor(min(self.threads, len(encoded))) as pool:
             return list(pool.map(one, range(len(encoded))))
+
+    def _dense_top(self, queries: np.ndarray, k: int):
+        """(scores, rows) of each query's top ``k`` from faiss, and every row tied with the k-th score: faiss
+        breaks ties by row, so a query whose k-th score continues past k is searched again, twice as deep, until
+        the tie ends (the cut is then made by docid, as everywhere else)."""
+        rows = self.index.faiss_index.ntotal
+        k = min(k, rows)
+        width = max(1, min(k + 1, rows))
+        all_scores, all_ids = self.index.faiss_index.search(queries, width)
+        for query, scores, ids in zip(queries, all_scores, all_ids):
+            deep = width
+            while k > 0 and deep < rows and ids[-1] >= 0 and scores[-1] == scores[k - 1]:
+                deep = min(2 * deep, rows)
+                scores, ids = (found[0] for found in self.index.faiss_index.search(query[None], deep))
+            yield scores, ids
 
     def _search_one(self, dense_query, terms, values, dense_ids, k: int, depth: int):
         scores = self._accumulator()

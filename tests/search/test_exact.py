@@ -106,3 +106,29 @@ def test_sparse_mode_needs_a_sparse_card(handful, tmp_path):
     (target / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="sparse side"):
         ExactHybridSearcher(target, dense_card, mode="sparse")
+
+
+def test_dense_ties_at_the_cut_go_by_docid(tiny_bert_dir, tmp_path):
+    """Duplicate documents have one vector: faiss breaks the tie at the k-th place by row, so the dense mode
+    returned whichever duplicates faiss met first; brute force (and every other mode) cuts by docid."""
+    from retromae_ir.search.retriever import EncoderRetriever
+
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\nmax_passage_length: 32\n")
+    rows = [{"_id": f"d{i}", "title": "", "text": "the same passage"} for i in range(9, -1, -1)]  # rows d9 .. d0
+    rows += [{"_id": "x1", "title": "", "text": "cells divide"}, {"_id": "x2", "title": "", "text": "the sun"}]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    index_dir = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, lucene=False,
+                                 bf16=False).build_index(corpus, "duplicates")
+    searcher = ExactHybridSearcher(index_dir, str(card), mode="dense")
+    encoded = searcher.model.encode_query(["the same passage", "cells divide"])
+    brute = BruteForceScorer(searcher.index).search(encoded.dense, None, 3, "dense")
+    exact = searcher.search_encoded(encoded, 3)
+    for hits, reference in zip(exact, brute):
+        assert [d for d, _ in hits] == [d for d, _ in reference]
+        duplicates = [d for d, _ in hits if d.startswith("d")]  # at most two others can rank above the ten
+        assert duplicates == [f"d{i}" for i in range(len(duplicates))]
+    assert [d for d, _ in exact[0] if d.startswith("d")]  # the cut fell inside the tie
+    every = [d for d, _ in searcher.search_encoded(encoded, 12)[0] if d.startswith("d")]
+    assert every == [f"d{i}" for i in range(10)]

@@ -3,6 +3,7 @@ from: a checkpoint directory trained again (same card, same fingerprint) is enco
 old weights left for resuming are not reused."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -236,4 +237,12 @@ def test_a_model_given_in_another_precision_than_the_index_is_refused(tmp_path, 
     with pytest.raises(IndexMismatchError, match="was encoded in fp32"):
         sweep_sparse_weight(index_dir, bf16, {"q": "a query"}, {"q": {"d": 1}})
     assert ExactHybridSearcher(index_dir, str(card)).model.bf16 is False
-    ExactHybridSearcher(index_dir, EncoderModel.from_card(str(card), device="cpu", bf16=False))
+    fp32 = EncoderModel.from_card(str(card), device="cpu", bf16=False)
+    ExactHybridSearcher(index_dir, fp32)
+    # a manifest written before its "precision" field says bf16 by its flag (it was read as fp32)
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    del manifest["precision"]
+    (index_dir / "manifest.json").write_text(json.dumps({**manifest, "bf16": True}))
+    with pytest.raises(IndexMismatchError, match="was encoded in bf16, and the model given runs in fp32"):
+        ExactHybridSearcher(index_dir, fp32)
+    assert ExactHybridSearcher(index_dir, str(card)).model.bf16 is True
