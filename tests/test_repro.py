@@ -39,8 +39,10 @@ def test_shipped_matrix_loads_and_has_the_bm25_reproduction():
 def test_commands_and_dry_run(matrix_file, capsys):
     assert main(["--all", "--dry-run", "--conditions-file", str(matrix_file), "--runs-root", "R"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].endswith("--datasets scifact --runs-dir R/bm25.tiny --retriever bm25")
-    assert lines[1].endswith("--datasets nfcorpus --runs-dir R/dupmae.tiny --encoder dupmae-minilm --search hybrid")
+    assert lines[0].endswith("--datasets scifact --runs-dir R/bm25.tiny --index-dir R/bm25.tiny/indexes "
+                             "--retriever bm25")
+    assert lines[1].endswith("--datasets nfcorpus --runs-dir R/dupmae.tiny --index-dir R/dupmae.tiny/indexes "
+                             "--encoder dupmae-minilm --search hybrid")
 
 
 def test_unknown_condition_is_an_error(matrix_file, capsys):
@@ -52,6 +54,11 @@ def test_unknown_condition_is_an_error(matrix_file, capsys):
     ("  - {name: a, dataset: scifact, expected: {}}\n", "exactly one of retriever / encoder"),
     ("  - {name: a, dataset: scifact, retriever: bm25, encoder: x, expected: {}}\n", "exactly one of"),
     ("  - {name: a, dataset: scifact, retriever: bm25, expected: {}, colour: red}\n", r"condition 1 \(a\).*colour"),
+    # the runner empties RUNS_ROOT/<name>/: a name must not reach any other folder
+    ("  - {name: .., dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
+    ("  - {name: a/../.., dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
+    ("  - {name: /x, dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
+    ("  - {name: '', dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
 ])
 def test_bad_condition_names_the_file_and_condition(tmp_path, entry, message):
     path = tmp_path / "bad.yaml"
@@ -77,7 +84,8 @@ def test_docs_show_every_condition_with_its_command(matrix_file):
     text = render_docs(Matrix.load(matrix_file), Path("runs/repro"))
     assert "| bm25.tiny | scifact | 0.5000 | 0.9000 |" in text
     assert "| dupmae.tiny | nfcorpus | 0.3000 | – |" in text
-    assert "python eval/beir_all.py --datasets nfcorpus --runs-dir runs/repro/dupmae.tiny --encoder dupmae-minilm" in text
+    assert ("python eval/beir_all.py --datasets nfcorpus --runs-dir runs/repro/dupmae.tiny --index-dir "
+            "runs/repro/dupmae.tiny/indexes --encoder dupmae-minilm") in text
 
 
 def write_scores(csv: Path, ndcg: float) -> None:
@@ -88,15 +96,22 @@ def write_scores(csv: Path, ndcg: float) -> None:
 
 def test_a_relative_runs_root_is_read_where_the_command_wrote_it(tmp_path, monkeypatch):
     """The command runs in the repository; called from another folder holding an older table under the same
-    relative path, the runner must read the table its command just wrote, not the old one."""
+    relative path, the runner must read the table its command just wrote, not the old one; and the command starts
+    from an empty folder (a run file left there was re-scored, not re-run: caches are keyed by data, not code)."""
     import retromae_ir.repro.matrix as matrix
 
     condition = Condition(name="c", dataset="scifact", retriever="bm25", expected={"ndcg@10": 0.5})
     monkeypatch.chdir(tmp_path)
     write_scores(condition.results_csv(Path("runs")), 0.1)  # stale, beside the caller
+    # beside it, an older run of the same condition's run file and index
+    (tmp_path / "runs" / "c" / "bm25" / "beir-scifact.trec").write_text("q 0 d 1 9.0 old\n")
+    (tmp_path / "runs" / "c" / "indexes").mkdir()
 
     def fake_run(command, cwd, **kwargs):
         runs_dir = Path(command[command.index("--runs-dir") + 1])
+        # nothing of an older run is left for eval/beir_all.py to re-score or reuse
+        assert not (Path(cwd) / runs_dir).exists()
+        assert Path(command[command.index("--index-dir") + 1]) == Path(cwd) / runs_dir / "indexes"
         write_scores(Path(cwd) / runs_dir / condition.label / "beir-results.csv", 0.5)
         return type("Done", (), {"returncode": 0, "stderr": ""})()
 
@@ -113,3 +128,17 @@ def test_a_bm25_condition_with_other_parameters_reads_their_folder():
     assert Condition(name="c", dataset="scifact", retriever="bm25", expected={}).label == "bm25"
     assert Condition(name="c", dataset="scifact", retriever="bm25", expected={},
                      extra_args=("--k1", "1.2", "--b", "0.75", "--threads", "1")).label == "bm25-k1_1.2-b_0.75"
+
+
+def test_a_condition_folder_that_is_a_symlink_is_refused_not_reused(tmp_path, monkeypatch):
+    """rmtree leaves a symbolic link's target alone: the old runs there would be re-scored and pass."""
+    import retromae_ir.repro.matrix as matrix
+
+    condition = Condition(name="c", dataset="scifact", retriever="bm25", expected={"ndcg@10": 0.5})
+    write_scores(condition.results_csv(tmp_path / "elsewhere"), 0.5)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "c").symlink_to(tmp_path / "elsewhere" / "c")
+    monkeypatch.setattr(matrix.subprocess, "run", lambda *a, **k: pytest.fail("nothing may run"))
+    outcome = matrix.run_condition(condition, tmp_path / "runs", 0.001)
+    assert not outcome.ok and "is a symbolic link" in outcome.failures[0]
+    assert (tmp_path / "elsewhere" / "c" / "bm25" / "beir-results.csv").is_file()
