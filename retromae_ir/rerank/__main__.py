@@ -55,7 +55,7 @@ def score(argv: list[str]):
                                         f"{PROG} score").parse_args_into_dataclasses(argv)
     if model_args.model is None:
         raise ValueError("score needs --model: a cross-encoder trained with `python -m retromae_ir.rerank train`")
-    model = CrossEncoder.load(model_args)
+    model = CrossEncoder.load(model_args, trained=True)
     if args.device:
         model.to(args.device)
     with output_lock(args.output):

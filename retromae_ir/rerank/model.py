@@ -56,12 +56,20 @@ class CrossEncoder(torch.nn.Module):
         self.model, self.tokenizer, self.args, self.group_size = model, tokenizer, args, group_size
 
     @classmethod
-    def load(cls, args: CrossEncoderArguments, group_size: int = 1, seed: int = 0) -> "CrossEncoder":
+    def load(cls, args: CrossEncoderArguments, group_size: int = 1, seed: int = 0,
+             trained: bool = False) -> "CrossEncoder":
+        """The model of ``args`` (the packaged MiniLM by default) with a one-logit head: a new one for training,
+        drawn with ``seed``. ``trained``: refuse a checkpoint whose head would be new (scoring with a random head
+        gave soft labels of noise, and distillation trained on them)."""
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         path = args.model or default_model()
         torch.manual_seed(seed)  # a new classification head is drawn from the global RNG
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+        model, info = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, output_loading_info=True)
+        if trained and info["missing_keys"]:
+            raise ValueError(f"{path} is not a trained cross-encoder: its classification head would be new "
+                             f"({', '.join(sorted(info['missing_keys']))} missing); score with the output of "
+                             f"`python -m retromae_ir.rerank train` or another cross-encoder checkpoint")
         return cls(model, AutoTokenizer.from_pretrained(path), args, group_size)
 
     def make_collator(self) -> PairCollator:

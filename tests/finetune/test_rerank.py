@@ -134,3 +134,24 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, tm
     with pytest.raises(SystemExit) as refused:
         main([*argv, "--max-steps", "3", "--resume"])
     assert refused.value.code == 2 and "--start-weights" in capsys.readouterr().err
+
+
+def test_scoring_with_a_checkpoint_without_a_trained_head_is_refused(tiny_bert_dir, tmp_path, capsys):
+    """`rerank score --model` of a bi-encoder or plain checkpoint drew a random classification head and wrote soft
+    labels of noise (exit 0), which distillation then trained on; a trained cross-encoder's output is scored."""
+    from retromae_ir.rerank.__main__ import main
+
+    source, corpus_file = tmp_path / "negatives.jsonl", tmp_path / "corpus.jsonl"
+    source.write_text("".join(json.dumps(record) + "\n" for record in RECORDS))
+    corpus_file.write_text("".join(json.dumps({"_id": docid, "title": "", "text": text}) + "\n"
+                                   for docid, text in CORPUS.items()))
+    argv = ["score", "--input", str(source), "--corpus", str(corpus_file), "--max-length", "32"]
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--model", str(tiny_bert_dir), "--output", str(tmp_path / "noise.jsonl")])
+    assert refused.value.code == 2
+    assert f"{tiny_bert_dir} is not a trained cross-encoder" in capsys.readouterr().err
+    assert not (tmp_path / "noise.jsonl").exists()
+    trained = tmp_path / "ce"
+    CrossEncoder.load(CrossEncoderArguments(str(tiny_bert_dir), max_length=32)).save(trained, {})
+    main([*argv, "--model", str(trained), "--output", str(tmp_path / "scored.jsonl")])
+    assert len((tmp_path / "scored.jsonl").read_text().splitlines()) == len(RECORDS)
