@@ -36,7 +36,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--modes", nargs="+", choices=["dense", "sparse", "hybrid"],
                         help="default: dense, sparse and hybrid for a DupMAE card, dense for a dense-only card")
     parser.add_argument("--output", type=Path, help="runs, DPR JSON and tables (default runs/<card>/nq)")
-    parser.add_argument("--index-dir", type=Path, help="the encoded corpus (default indexes/<card>/nq)")
+    parser.add_argument("--index-dir", type=Path, help="the encoded corpus (default indexes/<card>/nq-dpr: BEIR's "
+                        "nq, another corpus, is indexes/<card>/nq)")
     parser.add_argument("--top-k", type=int, nargs="+", default=[1, 5, 20, 100], help="accuracy cut-offs")
     parser.add_argument("--hits", type=int, default=None, help="passages kept per question (default: largest k)")
     parser.add_argument("--shard-id", type=int, default=None, help="encode only this shard (0-based), then exit")
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"card {card.name!r} is dense-only: --modes {' '.join(modes)} needs a sparse side")
     questions = nq.load_dpr_questions(args.qas)  # checked before an hour of encoding, not after
     output = args.output or Path("runs") / card.name / "nq"
-    index_dir = args.index_dir or Path("indexes") / card.name / "nq"
+    index_dir = args.index_dir or Path("indexes") / card.name / "nq-dpr"  # not BEIR's nq: each replaced the other
     torch.set_num_threads(args.threads)
     model = EncoderModel.from_card(card, device=args.device, bf16=None if args.dtype == "auto" else
                                    args.dtype == "bf16")
