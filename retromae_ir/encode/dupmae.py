@@ -44,9 +44,9 @@ class DupMAEEncoderModel(EncoderModel):
     def _pack_outside_backbone(self):
         """The LM head runs outside the compiled transformer, on the ordinary tokens' packed rows
         (``max_pool_logits``): :class:`PackedLinear` copies of its decoder (tiled there) and of its transform's
-        dense layer put both on oneDNN too (the transform's went through MKL's ``addmm`` at about half the speed
-        on AMD's AVX-512 EPYC; runs/encode-head-rows/head_rows.log). Not under bf16 autocast: 512 scifact
-        documents, bf16, packed decoder 40.1 docs/s against eager's 40.7."""
+        dense layer put both on oneDNN too (the transform's ran on MKL's ``addmm`` at about 220 GFLOP/s on AMD's
+        AVX-512 EPYC, runs/encode-first-token/profile-openvino-dupmae-minilm.log: 1% of the head's FLOPs). Not
+        under bf16 autocast: 512 scifact documents, bf16, packed decoder 40.1 docs/s against eager's 40.7."""
         head = getattr(self.lm_head, "predictions", self.lm_head)
         if self.bf16 or not PackedLinear.available(self.device):  # aten's bf16 linear is oneDNN's already
             return

@@ -133,9 +133,9 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
         return _tiled_max(transformed, _decoder_tiles(decoder, vocab_tile), owner, counts, rows)
 
 
-# [256, 4096] fp32 logits (4 MiB) a tile. On AMD's AVX-512 EPYC the head ran at 460-486 GFLOP/s with 256 rows
-# against 419-458 with 512 (a 256-token document then has its own tile, reduced by ``amax``), equal pooled logits
-# (runs/encode-head-rows/head_rows.log)
+# [256, 4096] fp32 logits (4 MiB) a tile. On AMD's AVX-512 EPYC, over two runs of the head alone on scifact's
+# hidden states, 512 rows was the slowest tiling (419-465 GFLOP/s against 450-486 for 128, 256 and 384; a 256-token
+# document then has a tile of its own, reduced by ``amax``), pooled logits equal (runs/encode-head-rows/)
 CPU_ROWS = 256
 ACCELERATOR_ROWS = 1024  # fewer, larger launches
 
