@@ -67,6 +67,7 @@ class World:
     other_dims: Path  # same checkpoint, another dimension
     index: Path
     model: Path
+    cross_encoder: Path  # the tiny model with a classification head (rerank score refuses a new one)
 
     def card_text(self, **fields) -> str:
         base = {"checkpoint": str(self.model), "kind": "cls-dense", "dims": 32, "max_passage_length": 16,
@@ -81,7 +82,10 @@ def world(tmp_path_factory, tiny_bert_dir) -> World:
     (root / "corpus.jsonl").write_text(GOOD_CORPUS)
     (root / "topics.tsv").write_text(GOOD_TOPICS)
     w = World(root, root / "tiny-dense.yaml", root / "tiny-other.yaml", root / "tiny-dims.yaml", root / "index",
-              tiny_bert_dir)
+              tiny_bert_dir, root / "cross-encoder")
+    from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
+
+    CrossEncoder.load(CrossEncoderArguments(str(tiny_bert_dir), max_length=32)).save(w.cross_encoder, {})
     w.card.write_text(w.card_text())
     w.other_card.write_text(w.card_text(max_passage_length=8))
     w.other_dims.write_text(w.card_text(kind="retromae", dims=16))
@@ -174,7 +178,7 @@ def mine_(world, f, card, out):
 
 
 def rerank_score(world, f, card, out):
-    return rerank_main, ["score", "--model", str(world.model), "--input", str(f["train"]), "--corpus",
+    return rerank_main, ["score", "--model", str(world.cross_encoder), "--input", str(f["train"]), "--corpus",
                          str(f["corpus"]), "--output", str(out), "--device", "cpu", "--max-length", "32"]
 
 
