@@ -12,8 +12,8 @@ lscpu > $out/lscpu.txt
 $py $out/head_rows.py > $out/head_rows.log 2>&1
 rm -rf /tmp/rir-before && git worktree add -f /tmp/rir-before "$BEFORE" > /dev/null
 for round in 1 2; do
-    (cd /tmp/rir-before && PYTHONPATH=/tmp/rir-before $py benchmarks/encode_alone.py --encoder dupmae-minilm --compile openvino \
-        --corpus $corpus) \
+    (cd /tmp/rir-before && PYTHONPATH=/tmp/rir-before $py benchmarks/encode_alone.py --encoder dupmae-minilm \
+        --compile openvino --corpus $corpus) \
         > $out/alone-dupmae-openvino-before-$round.log 2>&1
     $py benchmarks/encode_alone.py --encoder dupmae-minilm --compile openvino --corpus $corpus \
         > $out/alone-dupmae-openvino-after-$round.log 2>&1
