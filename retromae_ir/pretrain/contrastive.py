@@ -34,13 +34,19 @@ class ContrastiveArguments:
 
 
 def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Eq. 8 with cosine similarity: row i's positive is ``positives[i]``, the other (gathered) rows its negatives."""
-    all_positives, offset = gather_with_grad(positives)
-    anchors = torch.nn.functional.normalize(anchors.float(), dim=-1)
+    """Eq. 8 with cosine similarity over every process's batch: row i's positive is ``positives[i]``, the other
+    (gathered) rows its negatives. Each process computes the same loss over the pooled anchors and positives, with a
+    gradient to its own rows only; DDP averages the W processes' gradients, so the gradient is scaled by W (the
+    value stays the loss): the gradient of one process on the combined batch. Only the local anchors' loss, as
+    before, never pushed a process's positives away from the other processes' anchors."""
+    all_anchors, _ = gather_with_grad(anchors)
+    all_positives, _ = gather_with_grad(positives)
+    all_anchors = torch.nn.functional.normalize(all_anchors.float(), dim=-1)
     all_positives = torch.nn.functional.normalize(all_positives.float(), dim=-1)
-    scores = anchors @ all_positives.T / temperature
-    targets = torch.arange(anchors.shape[0], device=anchors.device) + offset
-    return torch.nn.functional.cross_entropy(scores, targets)
+    scores = all_anchors @ all_positives.T / temperature
+    loss = torch.nn.functional.cross_entropy(scores, torch.arange(scores.shape[0], device=scores.device))
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return loss + (world - 1) * (loss - loss.detach())  # value: the loss; gradient: W times its own rows' share
 
 
 class PositiveSpanCollator:
