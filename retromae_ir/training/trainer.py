@@ -110,11 +110,12 @@ class LinearPlan:
     0 at ``total``.
 
     A resumed run asked for a different total keeps its warm-up length (steps already warmed are not warmed again)
-    and follows the plan for the new total from the resumed step on: its factor at every later step is the one a
-    run planned for the new total from the start would have. So continuing a finished run for more steps trains
-    at a real learning rate (not at the ~0 its old decay ended on, nor at a stale 0 from the restored optimizer),
-    and a run stopped early decays to 0 by its new end. The price is a step in the curve at the resume point (up
-    when the total grows); loss.csv's ``max_steps`` column shows where the plan changed."""
+    and from the resumed step on decays linearly from the end of that warm-up to 0 at the new total (a run planned
+    for the new total from the start would have warmed up over the new total's share instead). So continuing a
+    finished run for more steps trains at a real learning rate (not at the ~0 its old decay ended on, nor at a
+    stale 0 from the restored optimizer), and a run stopped early decays to 0 by its new end. A new total within
+    the kept warm-up is refused (the rate would still be rising at the end). The price is a step in the curve at
+    the resume point (up when the total grows); loss.csv's ``max_steps`` column shows where the plan changed."""
 
     total: int
     warmup: int
@@ -306,6 +307,10 @@ class Trainer:
         if self.step > total:
             raise TrainerError(f"the checkpoint is at step {self.step}, past this run's {total} steps: ask for at "
                                f"least {self.step} (--max-steps), or pass --overwrite to start afresh")
+        if total <= saved.warmup:
+            raise TrainerError(f"{total} steps end within the checkpoint's warm-up of {saved.warmup} steps: the "
+                               "learning rate would still be rising at the end; ask for more steps (--max-steps), "
+                               "or pass --overwrite to start afresh")
         plan = replace(saved, total=total)
         log.info("continuing with a new run length: %d optimizer steps instead of %d (same inputs); learning "
                  "rate re-planned over %d steps (warm-up of %d kept): factor %.4f at step %d, 0 at step %d",

@@ -125,3 +125,19 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, co
     model.save_pretrained(start)
     line = refused(main, argv(start, corpora[0], out, "--resume", "--max-steps", "3"), capsys)
     assert "--start-weights" in line
+
+
+def test_a_new_total_within_the_kept_warm_up_is_refused():
+    """A run interrupted during a long warm-up and resumed for fewer steps than that warm-up would end with the
+    rate still rising (the plan decays only after the warm-up): refused, not trained to a wrong schedule."""
+    from types import SimpleNamespace
+
+    from retromae_ir.training.trainer import LinearPlan, Trainer, TrainerError
+
+    saved = LinearPlan(total=100, warmup=10)
+    resumed = SimpleNamespace(schedule=SimpleNamespace(max_steps=8), step=3)
+    with pytest.raises(TrainerError, match="8 steps end within the checkpoint's warm-up of 10 steps"):
+        Trainer._replanned(resumed, saved)
+    resumed.schedule.max_steps = 20
+    plan = Trainer._replanned(resumed, saved)
+    assert (plan.total, plan.warmup) == (20, 10) and plan.factor(19) == pytest.approx(1 / 10)
