@@ -1,6 +1,7 @@
 """Dense-only retrievers: RetroMAE / MASTER / any [CLS] encoder, and the mean-pooled MiniLM baseline."""
 from __future__ import annotations
 
+import torch
 from transformers import AutoModel, AutoTokenizer
 
 from retromae_ir.encode.base import EncoderModel, load_projection
@@ -18,7 +19,7 @@ class DenseEncoderModel(EncoderModel):
     @classmethod
     def from_checkpoint(cls, card):
         path = card.checkpoint_path()
-        backbone = AutoModel.from_pretrained(path)
+        backbone = AutoModel.from_pretrained(path, dtype=torch.float32)  # trained in fp32 whatever it was saved in
         projection = load_projection(path, backbone.config.hidden_size, card.dims)
         return cls(card, backbone, AutoTokenizer.from_pretrained(path), projection)
 

@@ -25,7 +25,7 @@ class DupMAEEncoderModel(EncoderModel):
     @classmethod
     def from_checkpoint(cls, card):
         path = card.checkpoint_path()
-        mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+        mlm, info = AutoModelForMaskedLM.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
         missing = init_identity_head(mlm, info)
         if missing:
             logger.warning("%s has no trained MLM head (%d missing weights): using the identity head over the tied "

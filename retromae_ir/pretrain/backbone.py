@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from retromae_ir.mlm_head import init_identity_head
@@ -73,7 +74,7 @@ def load_backbone(name_or_path: str | Path | None = None, max_length: int | None
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the missing-head report is logged below in one line instead
     try:
-        model, info = AutoModelForMaskedLM.from_pretrained(name, output_loading_info=True)
+        model, info = AutoModelForMaskedLM.from_pretrained(name, dtype=torch.float32, output_loading_info=True)
     finally:
         hf_logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(name)

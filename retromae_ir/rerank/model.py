@@ -65,7 +65,8 @@ class CrossEncoder(torch.nn.Module):
 
         path = args.model or default_model()
         torch.manual_seed(seed)  # a new classification head is drawn from the global RNG
-        model, info = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, output_loading_info=True)
+        model, info = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32,
+                                                                          output_loading_info=True)
         if trained and info["missing_keys"]:
             raise ValueError(f"{path} is not a trained cross-encoder: its classification head would be new "
                              f"({', '.join(sorted(info['missing_keys']))} missing); score with the output of "
