@@ -37,8 +37,8 @@ def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float)
     """Eq. 8 with cosine similarity over every process's batch: row i's positive is ``positives[i]``, the other
     (gathered) rows its negatives. Each process computes the same loss over the pooled anchors and positives, with a
     gradient to its own rows only; DDP averages the W processes' gradients, so the gradient is scaled by W (the
-    value stays the loss): the gradient of one process on the combined batch. Only the local anchors' loss, as
-    before, never pushed a process's positives away from the other processes' anchors."""
+    value stays the loss): the gradient of one process on the combined batch. (Until 2026-11-25 each process took
+    its own anchors' loss only, which never pushed its positives away from the other processes' anchors.)"""
     all_anchors, _ = gather_with_grad(anchors)
     all_positives, _ = gather_with_grad(positives)
     all_anchors = torch.nn.functional.normalize(all_anchors.float(), dim=-1)
