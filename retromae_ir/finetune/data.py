@@ -79,7 +79,7 @@ def _scores(record: dict, key: str, expected: int, where: str) -> list[float] | 
 def read_jsonl_examples(path: str | Path, corpus: dict[str, str] | None = None) -> list[TrainExample]:
     """Examples from the JSONL format described in the module docstring."""
     path = Path(path)
-    examples = []
+    examples, dropped = [], 0
     for number, line in iter_lines(path):
         where = f"{path}:{number}"
         try:
@@ -96,10 +96,15 @@ def read_jsonl_examples(path: str | Path, corpus: dict[str, str] | None = None) 
             lists[key] = [_passage(item, corpus, f"{where}: {key}") for item in value]
         if not lists["positives"]:
             raise DataFormatError(f"{where}: 'positives' is empty")
+        negative_scores = _scores(record, "negative_scores", len(lists["negatives"]), where)
+        positives = set(lists["positives"])
+        keep = [i for i, text in enumerate(lists["negatives"]) if text not in positives]
+        dropped += len(lists["negatives"]) - len(keep)
         examples.append(TrainExample(
-            record["query"], lists["positives"], lists["negatives"],
+            record["query"], lists["positives"], [lists["negatives"][i] for i in keep],
             _scores(record, "positive_scores", len(lists["positives"]), where),
-            _scores(record, "negative_scores", len(lists["negatives"]), where), str(record.get("qid", ""))))
+            None if negative_scores is None else [negative_scores[i] for i in keep], str(record.get("qid", ""))))
+    _log_dropped(dropped, path)
     return _nonempty(examples, path)
 
 
@@ -136,7 +141,20 @@ def read_triples(path: str | Path) -> list[TrainExample]:
             example.positives.append(positive)
         if negative not in example.negatives:
             example.negatives.append(negative)
+    dropped = 0
+    for example in by_query.values():
+        positives = set(example.positives)
+        kept = [text for text in example.negatives if text not in positives]
+        dropped, example.negatives[:] = dropped + len(example.negatives) - len(kept), kept
+    _log_dropped(dropped, path)
     return _nonempty(list(by_query.values()), path)
+
+
+def _log_dropped(dropped: int, path) -> None:
+    """Negatives whose text is one of the same query's positives (a hand-made file, or a corpus holding the same
+    text under two ids) are dropped: training would push the query away from a passage that answers it."""
+    if dropped:
+        logger.warning("%s: dropped %d negative(s) whose text is also a positive of the same query", path, dropped)
 
 
 def _nonempty(examples: list[TrainExample], path) -> list[TrainExample]:

@@ -87,6 +87,24 @@ def test_triples_grouped_by_query_and_bad_columns(tmp_path):
         read_triples(path)
 
 
+
+def test_a_negative_that_is_also_a_positive_of_its_query_is_dropped(tmp_path, caplog):
+    """By id, by the same text inline, or in triples (a negative of q1 on one line, its positive on another):
+    training would push the query away from a passage that answers it. Teacher scores stay aligned."""
+    path = write_lines(tmp_path / "train.jsonl", [
+        json.dumps({"query": "q", "positives": ["d1", "d2"], "negatives": ["d3", "d2"], "positive_scores": [1, 2],
+                    "negative_scores": [3, 4]}),
+        json.dumps({"query": "r", "positives": ["d1"], "negatives": [{"text": CORPUS["d1"]}, "d2"]})])
+    with caplog.at_level("WARNING"):
+        first, second = read_jsonl_examples(path, CORPUS)
+    assert (first.negatives, first.negative_scores) == (["gamma text"], [3.0])
+    assert second.negatives == ["beta text"]
+    assert "dropped 2 negative(s)" in caplog.text
+    triples = write_lines(tmp_path / "triples.tsv", ["q1\tp1\tn1", "q2\tp2\tn2", "q1\tn1\tn3"])
+    assert [(e.positives, e.negatives) for e in read_triples(triples)] == [
+        (["p1", "n1"], ["n3"]), (["p2"], ["n2"])]
+
+
 def test_load_examples_checks_negatives_and_teacher_scores(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     write_lines(corpus, [json.dumps({"_id": k, "title": "", "text": v}) for k, v in CORPUS.items()])
