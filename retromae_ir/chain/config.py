@@ -69,6 +69,9 @@ class ChainConfig:
     # dropout on the attention probabilities in fine-tuning; < 0: the checkpoint's (MiniLM: 0.1). 0 lets the
     # fused attention kernel run: 2.1x less time for stage 1 on this CPU, dev dense unchanged (0.7113 -> 0.7106)
     attention_dropout: float = 0.0
+    # True: each query's own positives leave its in-batch pool (finetune --mask-false-negatives); off until measured
+    # on the whole-corpus chain's dev split
+    mask_false_negatives: bool = False
     pretrain: bool = False  # True: DupMAE pre-training on the corpus first
 
     def __post_init__(self):

@@ -30,7 +30,8 @@ PIPELINE: list[tuple[str, tuple[str, ...]]] = [
                  "sparse_weight")),
     ("1-bm25-negatives", ("negatives", "max_rank")),
     ("1-stage1", ("steps", "stage1_epochs", "stage1_lr", "batch", "group_stage1", "warmup_ratio",
-                  "sparse_loss_weight", "sparse_temperature", "dense_loss_weight", "attention_dropout")),
+                  "sparse_loss_weight", "sparse_temperature", "dense_loss_weight", "attention_dropout",
+                  "mask_false_negatives")),
     ("2-mined-negatives", ("negatives", "max_rank")),
     ("2-stage2", ("group", "epochs", "lr")),
     ("4-cross-encoder", ("ce_length", "ce_batch", "ce_steps", "ce_lr")),
@@ -38,6 +39,8 @@ PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("3-distill", ("distill_lr", "calibrate_teacher")),
 ]
 STAGES = [stage for stage, _ in PIPELINE]
+# settings added after outputs were recorded without them: what every stage made before then was made with
+SINCE_ADDED = {"mask_false_negatives": False}
 
 
 class ChainSettingsError(ValueError):
@@ -84,6 +87,7 @@ def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str,
             raise ChainSettingsError(
                 f"{where}: stage {name} has no recorded settings (made by an older retromae_ir), so it cannot be "
                 f"reused safely; use a new --output")
+        recorded = {**{field: value for field, value in SINCE_ADDED.items() if field in expected}, **recorded}
         changed = {field: (recorded.get(field), value) for field, value in expected.items()
                    if recorded.get(field) != value}
         if changed:

@@ -80,6 +80,9 @@ class LossArguments:
         "help": "DupMAE cards: weight of an added contrastive term on the dense side's own scores (at --temperature), "
                 "so the dense side learns to rank on its own, as a dense retriever, and not only what the OT side "
                 "leaves to it inside Eq. 12"})
+    mask_false_negatives: bool = field(default=False, metadata={
+        "help": "leave out of each query's pool the in-batch passages whose text is one of its own positives "
+                "(another query's positive or mined negative): Eq. 13/14 would push the query away from them"})
     calibrate_teacher: bool = field(default=False, metadata={
         "help": "distill: set --teacher-temperature to the teacher's median group score spread over the start "
                 "model's, so the soft labels ask for the teacher's ranking at the student's own score scale "

@@ -13,6 +13,7 @@ Formats (bad input raises ``DataFormatError`` naming file and line, before any t
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -233,16 +234,24 @@ def sample_group(example: TrainExample, group_size: int, generator: torch.Genera
     return Group(example.query, passages, scores)
 
 
+def text_key(text: str) -> int:
+    """A stable 63-bit key of a passage text (the same in every process, unlike ``hash``)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+
 class GroupCollator:
-    """Examples -> padded query / passage batches (``size`` queries, ``size * G`` passages, query-major)."""
+    """Examples -> padded query / passage batches (``size`` queries, ``size * G`` passages, query-major); with
+    ``keys``, each passage's ``text_key`` [size * G] and each query's positives' keys [size, P] (-1 padded), so the
+    loss can leave a query's own positives out of its pool."""
 
     def __init__(self, tokenizer, group_size: int, max_query_length: int, max_passage_length: int,
-                 teacher: bool = False):
+                 teacher: bool = False, keys: bool = False):
         self.tokenizer = tokenizer
         self.group_size = group_size
         self.max_query_length = max_query_length
         self.max_passage_length = max_passage_length
         self.teacher = teacher
+        self.keys = keys
 
     def tokenize(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
         return dict(self.tokenizer(texts, truncation=True, max_length=max_length, padding=True,
@@ -257,4 +266,9 @@ class GroupCollator:
                  "passage_input_ids": passages["input_ids"], "passage_attention_mask": passages["attention_mask"]}
         if self.teacher:
             batch["teacher"] = torch.tensor([g.scores for g in groups], dtype=torch.float32)
+        if self.keys:
+            batch["passage_keys"] = torch.tensor([text_key(p) for g in groups for p in g.passages])
+            width = max(len(e.positives) for e in examples)
+            batch["positive_keys"] = torch.tensor([[text_key(p) for p in e.positives]
+                                                   + [-1] * (width - len(e.positives)) for e in examples])
         return batch

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import yaml
 
 from retromae_ir.encode import MODEL_CLASSES, EncoderModel
@@ -23,7 +24,7 @@ from retromae_ir.encode.cards import OWN_CARD, EncoderCard
 from retromae_ir.encode.representation import score
 from retromae_ir.finetune.arguments import DataArguments, LossArguments
 from retromae_ir.finetune.data import GroupCollator
-from retromae_ir.finetune.losses import contrastive_loss, default_temperature, distillation_loss
+from retromae_ir.finetune.losses import contrastive_loss, default_temperature, distillation_loss, false_negatives
 from retromae_ir.io import atomic_write
 from retromae_ir.training.distributed import gather_with_grad
 
@@ -112,7 +113,8 @@ class BiEncoder(torch.nn.Module):
     def make_collator(self) -> GroupCollator:
         return GroupCollator(self.tokenizer, self.data.group_size,
                              self.data.max_query_length or self.card.max_query_length,
-                             self.data.max_passage_length or self.card.max_passage_length, self.loss_args.distill)
+                             self.data.max_passage_length or self.card.max_passage_length, self.loss_args.distill,
+                             keys=self.loss_args.mask_false_negatives)
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         outputs = {}
@@ -150,7 +152,12 @@ class BiEncoder(torch.nn.Module):
         every = self.gathered(outputs)
         scores = self.eq12(every)
         group = scores.shape[1] // scores.shape[0]
-        parts = {"ce": contrastive_loss(scores, group, args.temperature)}
+        pool = self.pool_mask(batch, group) if args.mask_false_negatives else None
+
+        def in_pool(matrix: torch.Tensor) -> torch.Tensor:
+            return matrix if pool is None else matrix.masked_fill(pool, float("-inf"))
+
+        parts = {"ce": contrastive_loss(in_pool(scores), group, args.temperature)}
         total = parts["ce"]
         if args.distill:
             teacher = gather_with_grad(batch["teacher"])[0]
@@ -158,13 +165,24 @@ class BiEncoder(torch.nn.Module):
             total = parts["kl"] + args.hard_label_weight * parts["ce"]
         if args.dense_loss_weight > 0:
             dense = score(every["query_dense"], every["passage_dense"], None, None)
-            parts["ce_dense"] = contrastive_loss(dense, group, args.temperature)
+            parts["ce_dense"] = contrastive_loss(in_pool(dense), group, args.temperature)
             total = total + args.dense_loss_weight * parts["ce_dense"]
         if args.sparse_loss_weight > 0:
-            parts["ce_sparse"] = contrastive_loss(self.raw_ot_scores(every), group, args.sparse_temperature)
+            parts["ce_sparse"] = contrastive_loss(in_pool(self.raw_ot_scores(every)), group, args.sparse_temperature)
             total = total + args.sparse_loss_weight * parts["ce_sparse"]
         logged = {key: value.detach() for key, value in parts.items()} if len(parts) > 1 else {}
         return {"loss": total, **logged}
+
+    @staticmethod
+    def pool_mask(batch: dict, group: int) -> torch.Tensor:
+        """[Q, Q*G] over every process's batch: True where a pool passage is one of the query's own positives
+        (not its target): this process's rows, from its queries' positive keys against every passage's key, then
+        gathered (each process's positives list may be of another length)."""
+        passage_keys = gather_with_grad(batch["passage_keys"])[0]
+        positive_keys = batch["positive_keys"]
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        mine = false_negatives(passage_keys, positive_keys, group, rank * positive_keys.shape[0])
+        return gather_with_grad(mine.to(torch.uint8))[0].bool()
 
     def after_save(self, directory: Path) -> None:
         write_card(directory, self.card, f"{self.name} fine-tuning of {self.card.checkpoint} on "

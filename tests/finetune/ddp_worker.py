@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny import full_batch, gradients, tiny_bi_encoder  # noqa: E402
+from tiny import CASES, full_batch, gradients, tiny_bi_encoder  # noqa: E402
 
 from retromae_ir.finetune.gradcache import forward_backward, split_batch  # noqa: E402
 
@@ -16,12 +16,12 @@ def main(checkpoint: str, output: str) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     results = {}
-    for stage, chunk in (("2", 0), ("distill", 1)):
-        model = tiny_bi_encoder(checkpoint, stage)
+    for name, (stage, chunk, mask, examples) in CASES.items():
+        model = tiny_bi_encoder(checkpoint, stage, mask=mask)
         wrapped = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
-        local = split_batch(full_batch(model), 4 // world)[rank]
+        local = split_batch(full_batch(model, examples), 4 // world)[rank]
         losses = forward_backward(wrapped, local, model.loss, chunk, loss_scale=world, no_sync=wrapped.no_sync)
-        results[stage] = {"losses": {k: v.item() for k, v in losses.items()}, "grads": gradients(model)}
+        results[name] = {"losses": {k: v.item() for k, v in losses.items()}, "grads": gradients(model)}
     torch.save(results, Path(output) / f"rank{rank}.pt")
     dist.destroy_process_group()
 

@@ -2,6 +2,7 @@
 stage is refused (the stale-cache guard of retromae_ir/chain/settings.py)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -316,3 +317,14 @@ def test_a_given_pretraining_is_started_from_and_never_trained(tmp_path):
     chain = SimpleNamespace(config=ChainConfig(pretrain=True), pretrained=tmp_path / "pretrained", timed=never,
                             start_card=lambda name, checkpoint: (name, checkpoint))
     assert Chain.start(chain) == ("0-pretrain", (tmp_path / "pretrained").resolve())
+
+
+def test_a_setting_added_later_reads_as_its_old_behaviour_in_older_records():
+    """mask_false_negatives came after outputs were recorded: an older stage 1 (no such field) was made without
+    masking, so it is reused at the default and refused when masking is asked for."""
+    config = ChainConfig()
+    old = {k: v for k, v in stage_settings(config, "1-stage1", INPUTS).items() if k != "mask_false_negatives"}
+    check_settings({"1-stage1": {"settings": old}}, config, INPUTS, "out")
+    with pytest.raises(ChainSettingsError, match="mask_false_negatives False -> True"):
+        check_settings({"1-stage1": {"settings": old}}, dataclasses.replace(config, mask_false_negatives=True),
+                       INPUTS, "out")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import full_batch, gradients, tiny_bi_encoder
+from tiny import CASES, full_batch, gradients, tiny_bi_encoder
 
 from retromae_ir.finetune.gradcache import forward_backward
 
@@ -25,13 +25,14 @@ def two_processes(tiny_bert_dir, tmp_path_factory):
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 
 
-@pytest.mark.parametrize("stage", ["2", "distill"])
-def test_gathered_loss_and_gradients_equal_one_process(tiny_bert_dir, two_processes, stage):
-    model = tiny_bi_encoder(tiny_bert_dir, stage)
-    expected = forward_backward(model, full_batch(model), model.loss)
+@pytest.mark.parametrize("case", list(CASES))
+def test_gathered_loss_and_gradients_equal_one_process(tiny_bert_dir, two_processes, case):
+    stage, _, mask, examples = CASES[case]
+    model = tiny_bi_encoder(tiny_bert_dir, stage, mask=mask)
+    expected = forward_backward(model, full_batch(model, examples), model.loss)
     reference = gradients(model)
     for rank in two_processes:
-        result = rank[stage]
+        result = rank[case]
         assert result["losses"].keys() == expected.keys()
         for name, value in expected.items():
             assert result["losses"][name] == pytest.approx(value.item(), rel=1e-5)

@@ -73,3 +73,38 @@ def test_bad_shapes_are_rejected():
         contrastive_loss(torch.zeros(2, 3), 2)
     with pytest.raises(ValueError, match="teacher scores"):
         distillation_loss(torch.zeros(2, 4), torch.zeros(2, 3), 2)
+
+
+def test_false_negatives_mark_a_querys_own_positives_in_the_pool_but_not_its_target():
+    from retromae_ir.finetune.losses import false_negatives
+
+    keys = torch.tensor([10, 11, 12, 20, 21, 22])  # G = 3: query 0's group, then query 1's
+    positives = torch.tensor([[10, 21], [20, 12]])
+    assert false_negatives(keys, positives, 3).tolist() == [[False, False, False, False, True, False],
+                                                            [False, False, True, False, False, False]]
+    # this process's queries start at pool query 1 (torchrun): its target column is 3
+    assert false_negatives(keys, positives[1:], 3, first_query=1).tolist() == [[False] * 2 + [True] + [False] * 3]
+
+
+def test_masked_pool_leaves_out_exactly_the_passages_that_are_a_querys_positives(tiny_bert_dir):
+    """--mask-false-negatives on a batch where query 3's negative is query 0's positive and query 1 shares query
+    2's positive: the loss is Eq. 14 over the pool without those columns (found here by text), and differs from
+    the unmasked one."""
+    from tiny import SHARED, full_batch, tiny_bi_encoder
+
+    from retromae_ir.finetune.data import sample_group
+
+    masked, plain = tiny_bi_encoder(tiny_bert_dir, "2", mask=True), tiny_bi_encoder(tiny_bert_dir, "2")
+    batch = full_batch(masked, SHARED)
+    generator = torch.Generator().manual_seed(0)  # the collator's draws, again: the pool's texts in order
+    texts = [p for e in SHARED for p in sample_group(e, 3, generator).passages]
+    expected = torch.tensor([[texts[j] in e.positives and j != 3 * i for j in range(len(texts))]
+                             for i, e in enumerate(SHARED)])
+    assert expected.sum() >= 2  # query 0 (query 3's negative) and query 1 or 2 (the shared positive)
+    with torch.no_grad():
+        scores = masked.scores(masked(batch))
+        loss = masked.loss(masked(batch), batch)["loss"]
+        unmasked = plain.loss(plain(full_batch(plain, SHARED)), batch)["loss"]
+    reference = contrastive_loss(scores.masked_fill(expected, float("-inf")), 3, 0.5)
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-6)
+    assert abs(loss.item() - unmasked.item()) > 1e-4
