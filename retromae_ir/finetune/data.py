@@ -98,8 +98,7 @@ def read_jsonl_examples(path: str | Path, corpus: dict[str, str] | None = None) 
         if not lists["positives"]:
             raise DataFormatError(f"{where}: 'positives' is empty")
         negative_scores = _scores(record, "negative_scores", len(lists["negatives"]), where)
-        positives = set(lists["positives"])
-        keep = [i for i, text in enumerate(lists["negatives"]) if text not in positives]
+        keep = _not_positives(lists["negatives"], lists["positives"])
         dropped += len(lists["negatives"]) - len(keep)
         examples.append(TrainExample(
             record["query"], lists["positives"], [lists["negatives"][i] for i in keep],
@@ -144,11 +143,17 @@ def read_triples(path: str | Path) -> list[TrainExample]:
             example.negatives.append(negative)
     dropped = 0
     for example in by_query.values():
-        positives = set(example.positives)
-        kept = [text for text in example.negatives if text not in positives]
-        dropped, example.negatives[:] = dropped + len(example.negatives) - len(kept), kept
+        keep = _not_positives(example.negatives, example.positives)
+        dropped += len(example.negatives) - len(keep)
+        example.negatives[:] = [example.negatives[i] for i in keep]
     _log_dropped(dropped, path)
     return _nonempty(list(by_query.values()), path)
+
+
+def _not_positives(negatives: list[str], positives: list[str]) -> list[int]:
+    """Indices of the ``negatives`` whose text is none of ``positives``."""
+    texts = set(positives)
+    return [i for i, text in enumerate(negatives) if text not in texts]
 
 
 def _log_dropped(dropped: int, path) -> None:
