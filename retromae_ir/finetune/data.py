@@ -77,8 +77,11 @@ def _scores(record: dict, key: str, expected: int, where: str) -> list[float] | 
     return [float(v) for v in values]
 
 
-def read_jsonl_examples(path: str | Path, corpus: dict[str, str] | None = None) -> list[TrainExample]:
-    """Examples from the JSONL format described in the module docstring."""
+def read_jsonl_examples(path: str | Path, corpus: dict[str, str] | None = None,
+                        drop_positive_negatives: bool = True) -> list[TrainExample]:
+    """Examples from the JSONL format described in the module docstring. A negative whose text is one of its
+    query's positives is dropped (with its teacher score) unless ``drop_positive_negatives`` is False: the
+    cross-encoder's scorer keeps every listed negative, so the scores it writes align with the record's list."""
     path = Path(path)
     examples, dropped = [], 0
     for number, line in iter_lines(path):
@@ -98,7 +101,8 @@ def read_jsonl_examples(path: str | Path, corpus: dict[str, str] | None = None) 
         if not lists["positives"]:
             raise DataFormatError(f"{where}: 'positives' is empty")
         negative_scores = _scores(record, "negative_scores", len(lists["negatives"]), where)
-        keep = _not_positives(lists["negatives"], lists["positives"])
+        keep = (_not_positives(lists["negatives"], lists["positives"]) if drop_positive_negatives
+                else range(len(lists["negatives"])))
         dropped += len(lists["negatives"]) - len(keep)
         examples.append(TrainExample(
             record["query"], lists["positives"], [lists["negatives"][i] for i in keep],

@@ -65,7 +65,7 @@ def _resume(partial: Path, key: dict) -> int:
 
 def score_file(model, args: ScoreArguments) -> Path:
     corpus = load_passages(args.corpus) if args.corpus else None
-    examples = read_jsonl_examples(args.input, corpus)
+    examples = read_jsonl_examples(args.input, corpus, drop_positive_negatives=False)  # scores align with the file
     records = [json.loads(line) for _, line in iter_lines(args.input)]
     output = Path(args.output)
     partial = output.with_name(output.name + ".partial")

@@ -155,3 +155,20 @@ def test_scoring_with_a_checkpoint_without_a_trained_head_is_refused(tiny_bert_d
     CrossEncoder.load(CrossEncoderArguments(str(tiny_bert_dir), max_length=32)).save(trained, {})
     main([*argv, "--model", str(trained), "--output", str(tmp_path / "scored.jsonl")])
     assert len((tmp_path / "scored.jsonl").read_text().splitlines()) == len(RECORDS)
+
+
+def test_scored_negatives_that_repeat_a_positive_stay_aligned(cross_encoder, tmp_path):
+    """A corpus with one text under two ids: the scorer scores every listed negative, so its scores align with
+    the record it writes, and distillation's reader then drops the repeat together with its score."""
+    corpus = tmp_path / "corpus.jsonl"
+    texts = {**CORPUS, "a2": CORPUS["a"]}
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in texts.items()))
+    source = tmp_path / "neg.jsonl"
+    source.write_text(json.dumps({"qid": "1", "query": "vitamin d", "positives": ["a"],
+                                  "negatives": ["b", "a2", "c"]}) + "\n")
+    scored = json.loads(score_file(cross_encoder, ScoreArguments(str(source), str(tmp_path / "scored.jsonl"),
+                                                                 str(corpus))).read_text())
+    assert scored["negatives"] == ["b", "a2", "c"] and len(scored["negative_scores"]) == 3
+    (example,) = read_jsonl_examples(tmp_path / "scored.jsonl", texts)
+    assert example.negatives == [CORPUS["b"], CORPUS["c"]]
+    assert example.negative_scores == [scored["negative_scores"][0], scored["negative_scores"][2]]
