@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from retromae_ir.data.readers import load_qrels, load_topics
+from retromae_ir.data.readers import DataFormatError, load_qrels, load_topics
 from retromae_ir.evaluate.metrics import TREC_DL_MIN_RELEVANCE, evaluate_run
 from retromae_ir.evaluate.runs import cached_run, require_documents, run_key
 
@@ -43,8 +43,10 @@ def local_topics_dir(topics_dir: str | os.PathLike | None) -> Path | None:
 
 def load_topic_set(topic_set: TopicSet, topics_dir: str | os.PathLike | None = None
                    ) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    """Judged topics and qrels of ``topic_set``, from local files when a folder is given, else from Pyserini."""
+    """Judged topics and qrels of ``topic_set``, from local files when a folder is given, else from Pyserini. A
+    judged query missing from the topics is an error: left out, it would leave the mean too (a wrong figure)."""
     folder = local_topics_dir(topics_dir)
+    topics_path = qrels_path = topic_set.pyserini_name
     if folder is not None:
         topics_path, qrels_path = folder / topic_set.topics_file, folder / topic_set.qrels_file
         for path in (topics_path, qrels_path):
@@ -57,8 +59,11 @@ def load_topic_set(topic_set: TopicSet, topics_dir: str | os.PathLike | None = N
 
         topics = {str(q): t["title"] for q, t in get_topics(topic_set.pyserini_name).items()}
         qrels = load_qrels(get_qrels_file(topic_set.pyserini_name))
-    judged = {qid: text for qid, text in topics.items() if qid in qrels}
-    return judged, {qid: qrels[qid] for qid in judged}
+    missing = sorted(set(qrels) - set(topics))
+    if missing:
+        raise DataFormatError(f"{qrels_path} judges {len(missing)} queries that {topics_path} lacks (e.g. "
+                              f"{missing[0]!r}): the topics file is incomplete or of another set")
+    return {qid: text for qid, text in topics.items() if qid in qrels}, qrels
 
 
 def evaluate_topic_set(retriever, collection: Path, topic_set: TopicSet, runs_dir: Path,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from retromae_ir.data.readers import load_qrels, load_topics
+from retromae_ir.data.readers import DataFormatError, load_qrels, load_topics
 from retromae_ir.evaluate.trec_dl import TOPIC_SETS, load_topic_set
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,6 +23,20 @@ def test_judged_query_counts_from_the_shared_files(shared_data):
 def test_missing_topic_file_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="topics.dl19-passage.txt"):
         load_topic_set(TOPIC_SETS["dl19"], tmp_path)
+
+
+def test_judged_queries_missing_from_the_topics_are_an_error(shared_data, tmp_path):
+    """Left out of the run, they would silently leave the mean too (30 of DL19's 43 judged queries scored)."""
+    folder = shared_data / "topics-and-qrels"
+    dl19 = TOPIC_SETS["dl19"]
+    lines = (folder / dl19.topics_file).read_text().splitlines(keepends=True)
+    judged = load_qrels(folder / dl19.qrels_file)
+    kept = [line for line in lines if line.split("\t")[0] not in judged][:5] + \
+        [line for line in lines if line.split("\t")[0] in judged][:30]
+    (tmp_path / dl19.topics_file).write_text("".join(kept))
+    (tmp_path / dl19.qrels_file).write_text((folder / dl19.qrels_file).read_text())
+    with pytest.raises(DataFormatError, match=r"qrels.dl19-passage.txt judges 13 queries that .*topics"):
+        load_topic_set(dl19, tmp_path)
 
 
 @pytest.mark.jvm
