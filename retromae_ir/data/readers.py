@@ -36,6 +36,12 @@ class ReadStats:
     empty: int = 0
 
 
+def joined(title: str | None, text: str | None) -> str:
+    """The one-field view retrievers index (BM25 and the encoders): title and text joined by a space; a missing
+    part (None: Pyserini's reader gives an empty title so) is empty, never the word "None"."""
+    return f"{title or ''} {text or ''}".strip()
+
+
 @dataclass(frozen=True, slots=True)
 class Document:
     docid: str
@@ -44,8 +50,8 @@ class Document:
 
     @property
     def contents(self) -> str:
-        """The one-field view retrievers index (BM25 and the encoders): title and text joined by a space."""
-        return f"{self.title} {self.text}".strip()
+        """Title and text as :func:`joined` gives them."""
+        return joined(self.title, self.text)
 
 
 def _open_bytes(path: Path) -> IO[bytes]:

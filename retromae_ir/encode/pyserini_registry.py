@@ -13,6 +13,7 @@ import functools
 
 from pyserini.encode import DocumentEncoder, QueryEncoder
 
+from retromae_ir.data.readers import joined
 from retromae_ir.encode.representation import impact_dicts
 
 DENSE_PREFIX = "retromae_ir:"
@@ -65,7 +66,7 @@ class RetroMAEDocumentEncoder(_Base, DocumentEncoder):
 
     def encode(self, texts, titles=None, batch_size: int = 64, **_):
         if titles is not None:
-            texts = [f"{title} {text}".strip() for title, text in zip(titles, texts)]
+            texts = [joined(title, text) for title, text in zip(titles, texts)]
         return self.model.encode_passage(list(texts), batch_size).dense
 
 
@@ -86,7 +87,7 @@ class RetroMAESparseDocumentEncoder(RetroMAEDocumentEncoder):
 
     def encode(self, texts, titles=None, batch_size: int = 64, **_):
         if titles is not None:
-            texts = [f"{title} {text}".strip() for title, text in zip(titles, texts)]
+            texts = [joined(title, text) for title, text in zip(titles, texts)]
         return sparse_dicts(self.model, self.model.encode_passage(list(texts), batch_size).sparse)
 
 

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from retromae_ir.data.readers import (DataFormatError, iter_beir_corpus, iter_lines, iter_msmarco_collection,
+from retromae_ir.data.readers import (DataFormatError, iter_beir_corpus, iter_lines, iter_msmarco_collection, joined,
                                       load_qrels, load_topics)
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def _passage(item, corpus: dict[str, str] | None, where: str) -> str:
     if isinstance(item, dict):
         if not isinstance(item.get("text"), str):
             raise DataFormatError(f"{where}: an inline passage needs a string 'text', got {item!r:.80}")
-        return f"{item.get('title') or ''} {item['text']}".strip()
+        return joined(item.get("title"), item["text"])
     if not isinstance(item, (str, int)):
         raise DataFormatError(f"{where}: a passage is a document id or {{'title', 'text'}}, got {item!r:.80}")
     if corpus is None:

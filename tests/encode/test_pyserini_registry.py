@@ -36,6 +36,11 @@ def test_encoder_maps_list_ours_first_and_resolve_names(tiny_card):
     np.testing.assert_allclose(query.encode("a cat"), model.encode_query(["a cat"]).dense[0], atol=1e-5)
     np.testing.assert_allclose(document.encode(texts=["a cat", "a dog"]), model.encode_passage(["a cat", "a dog"]).dense,
                                atol=1e-5)
+    # Pyserini's JSONL reader gives an empty title as None: the text alone, as `encode corpus` encodes it
+    np.testing.assert_allclose(document.encode(texts=["a cat", "a dog"], titles=[None, "pets"]),
+                               model.encode_passage(["a cat", "pets a dog"]).dense, atol=1e-5)
+    sparse = registry.RetroMAESparseDocumentEncoder(f"retromae_ir-sparse:{tiny_card}")
+    assert sparse.encode(texts=["a cat"], titles=[None]) == sparse.encode(texts=["a cat"])
     with pytest.raises(ValueError, match="no sparse side"):
         registry.RetroMAESparseQueryEncoder(f"retromae_ir-sparse:{_dense_card(tiny_card)}")
 
