@@ -106,9 +106,10 @@ class BeirSuite:
         return DatasetResult(name, status, metrics, sum(p.queries for p in parts), no_hits=sum(p.no_hits for p in parts))
 
     def run(self, names: list[str] | None = None) -> list[DatasetResult]:
+        """Each dataset once, in the order first named (a name given twice would count twice in the average)."""
         from tqdm import tqdm
 
-        names = names or list(BEIR_DATASETS)
+        names = list(dict.fromkeys(names or BEIR_DATASETS))
         results = []
         for name in tqdm(names, desc=f"BEIR {self.retriever.name}", unit="dataset"):
             result = self.run_dataset(name)

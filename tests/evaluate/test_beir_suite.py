@@ -192,3 +192,13 @@ def test_the_drivers_encoding_precision_can_be_forced_either_way(tmp_path):
     for dtype, bf16 in (("auto", None), ("fp32", False), ("bf16", True)):
         args = parser.parse_args(["--encoder", "minilm-mean", "--dtype", dtype, "--index-dir", str(tmp_path)])
         assert make_retriever(args).bf16 is bf16
+
+
+def test_a_dataset_named_twice_is_run_and_averaged_once(tmp_path):
+    """`--datasets scifact nfcorpus scifact` would otherwise weigh scifact twice in the average row."""
+    for name in ("scifact", "nfcorpus"):
+        write_part(tmp_path / "data" / name)
+    retriever = StubRetriever({"q": {"b": 2.0, "a": 1.0}})
+    results = BeirSuite(retriever, tmp_path / "runs", tmp_path / "data", download=False).run(
+        ["scifact", "nfcorpus", "scifact"])
+    assert [r.dataset for r in results] == ["scifact", "nfcorpus"] and retriever.calls == 2
