@@ -70,3 +70,27 @@ def test_all_violations_are_listed_together(tmp_path, topics, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "3 violation(s)" in err
+
+
+def test_tied_scores_keep_the_run_files_order_under_trec_eval(tmp_path, topics):
+    """trec_eval ignores ranks, reads scores as float32 and orders ties by docid descending: the archive's scores
+    are made strictly decreasing float32s in the file's order, so pytrec_eval scores the ranking the file gives
+    (two float64 scores 1e-9 apart are a float32 tie too)."""
+    import pytrec_eval
+
+    tied = ("q1 Q0 a 1 2.000000001 mine\nq1 Q0 b 2 2.0 mine\nq1 Q0 c 3 2.0 mine\nq1 Q0 d 4 1.0 mine\n"
+            "q2 Q0 d3 1 1.0 mine\n")
+    code, out = submit(tmp_path, topics, tied)
+    assert code == 0
+    lines = [line.split() for line in gzip.decompress((out / "retromae1.gz").read_bytes()).decode().splitlines()]
+    assert [(qid, docid, rank) for qid, _, docid, rank, _, _ in lines] == [
+        ("q1", "a", "1"), ("q1", "b", "2"), ("q1", "c", "3"), ("q1", "d", "4"), ("q2", "d3", "1")]
+    scores = [float(fields[4]) for fields in lines[:4]]
+    assert scores[0] == 2.0 and scores[0] > scores[1] > scores[2] > scores[3] == 1.0 and scores[2] > 2.0 - 1e-6
+    run = {"q1": {fields[2]: float(fields[4]) for fields in lines[:4]}}
+    evaluator = pytrec_eval.RelevanceEvaluator({"q1": {"a": 1}}, {"recip_rank"})
+    assert evaluator.evaluate(run)["q1"]["recip_rank"] == 1.0  # with the raw ties trec_eval puts "a" third
+    raw = {"q1": {"a": 2.000000001, "b": 2.0, "c": 2.0}}
+    assert evaluator.evaluate(raw)["q1"]["recip_rank"] == pytest.approx(1 / 3)
+    assert "scores lowered by a few float32 steps to keep the ranking under trec_eval: 2" in (
+        out / "retromae1.description.txt").read_text()
