@@ -99,11 +99,20 @@ class ChainConfig:
             if key not in FIELDS:
                 raise ValueError(f"--set {assignment}: no chain setting {key!r} (settings: {', '.join(FIELDS)})")
             kind = type(getattr(self, key))
-            values[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+            values[key] = _boolean(assignment, value) if kind is bool else kind(value)
         return dataclasses.replace(self, **values)
 
 
 FIELDS = [field.name for field in dataclasses.fields(ChainConfig)]
+BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def _boolean(assignment: str, value: str) -> bool:
+    """A yes/no setting's value; anything else (``--set distill`` without ``=true``) is an error, never False."""
+    try:
+        return BOOLEANS[value.strip().lower()]
+    except KeyError:
+        raise ValueError(f"--set {assignment}: a yes/no setting takes one of {', '.join(BOOLEANS)}") from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ from retromae_ir.chain.config import ChainConfig
 PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("baseline", ("dataset", "data_sha256", "corpus_docs", "dev_queries", "bf16")),
     ("0-pretrain", ("model", "model_weights", "pretrained", "pretrained_weights", "pretrain_steps", "pretrain_batch",
-                    "pretrain_length")),
+                    "pretrain_length", "warmup_ratio")),  # pre-training's schedule warms up as stage 1's does
     ("0-start", ("model", "model_weights", "bf16", "query_length", "passage_length", "k", "query_k",
                  "sparse_weight")),
     ("1-bm25-negatives", ("negatives", "max_rank")),
@@ -39,8 +39,9 @@ PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("3-distill", ("distill_lr", "calibrate_teacher")),
 ]
 STAGES = [stage for stage, _ in PIPELINE]
-# settings added after outputs were recorded without them: what every stage made before then was made with
-SINCE_ADDED = {"mask_false_negatives": False}
+# settings added after outputs were recorded without them: what every stage made before then was made with (a
+# 0-pretrain entry of before 2026-11-25 did not record the warm-up it ran with: the default is assumed)
+SINCE_ADDED = {"mask_false_negatives": False, "warmup_ratio": 0.1}
 
 
 class ChainSettingsError(ValueError):

@@ -26,6 +26,10 @@ def test_set_converts_each_field_to_its_type():
     assert (config.steps, config.lr, config.ablation) == (7, 1e-4, True)
     with pytest.raises(ValueError, match="no chain setting 'stepz'"):
         ChainConfig().replace(["stepz=3"])
+    assert ChainConfig().replace(["distill=on", "ablation=No"]).distill is True
+    for assignment in ("distill", "distill=", "distill=y", "distill=enabled"):  # never a silent False
+        with pytest.raises(ValueError, match=rf"--set {assignment}: a yes/no setting takes one of 1, true"):
+            ChainConfig().replace([assignment])
 
 
 def test_packaged_chains_override_the_defaults_they_name():

@@ -203,6 +203,8 @@ def test_an_interrupted_pretraining_resumes_whatever_the_start_evaluation_settin
     check_settings(started, ChainConfig(pretrain=True, k=128, sparse_weight=0.5), INPUTS, "started.json", "started")
     with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain was started with other settings \(pretrain_steps"):
         check_settings(started, ChainConfig(pretrain=True, pretrain_steps=7), INPUTS, "started.json", "started")
+    with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain was started .*warmup_ratio 0.1 -> 0.05"):
+        check_settings(started, ChainConfig(pretrain=True, warmup_ratio=0.05), INPUTS, "started.json", "started")
     old = {"1-stage1": {"settings": {k: v for k, v in stage_settings(ChainConfig(), "1-stage1", INPUTS).items()
                                      if k != "data_sha256"}}}
     with pytest.raises(ChainSettingsError, match=r"data_sha256 not recorded \(an older retromae_ir\) -> 'd1'"):
@@ -328,3 +330,15 @@ def test_a_setting_added_later_reads_as_its_old_behaviour_in_older_records():
     with pytest.raises(ChainSettingsError, match="mask_false_negatives False -> True"):
         check_settings({"1-stage1": {"settings": old}}, dataclasses.replace(config, mask_false_negatives=True),
                        INPUTS, "out")
+
+
+def test_a_finished_pretraining_is_not_reused_under_another_warm_up():
+    """Pre-training runs with --warmup-ratio: a finished 0-pretrain is refused when it changes (it was reused, and
+    every later stage recorded the new value as if pre-training had run with it). An older record without the
+    field reads as the default."""
+    pretrain = ChainConfig(pretrain=True)
+    results = {"0-pretrain": {"settings": stage_settings(pretrain, "0-pretrain", INPUTS)}}
+    with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain was made .*warmup_ratio 0.1 -> 0.05"):
+        check_settings(results, dataclasses.replace(pretrain, warmup_ratio=0.05), INPUTS, "out")
+    results["0-pretrain"]["settings"].pop("warmup_ratio")
+    check_settings(results, pretrain, INPUTS, "out")
