@@ -41,7 +41,7 @@ def _train(model_args, data, training, identity: dict):
     model = CrossEncoder.load(model_args, data.group_size, training.seed)
 
     def reload(checkpoint):
-        return CrossEncoder.load(CrossEncoderArguments(str(checkpoint), model_args.max_length), data.group_size)
+        return CrossEncoder.load(CrossEncoderArguments(str(checkpoint), model.args.max_length), data.group_size)
 
     metadata = {"model": model_args.model or "packaged all-MiniLM-L6-v2", "train": data.train}
     return FinetuneTrainer(model, examples, training, metadata, reload, identity).train()

@@ -7,7 +7,7 @@ use. It plugs into ``FinetuneTrainer`` like the bi-encoder (no gathering: the gr
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -26,7 +26,23 @@ class CrossEncoderArguments:
     model: str | None = field(default=None, metadata={
         "help": "Hugging Face encoder or a trained cross-encoder directory (default: the packaged all-MiniLM-L6-v2; "
                 "a new head is initialised, seeded)"})
-    max_length: int = field(default=256, metadata={"help": "tokens of query + passage"})
+    max_length: int | None = field(default=None, metadata={
+        "help": "tokens of query + passage (default: the length a trained cross-encoder was trained at, from its "
+                "retromae_ir.json; else 256)"})
+
+
+DEFAULT_MAX_LENGTH = 256
+
+
+def trained_max_length(path: str) -> int:
+    """The max length ``path`` was trained at (its ``retromae_ir.json``), else :data:`DEFAULT_MAX_LENGTH`: scoring
+    a teacher trained at 128 tokens at 256 gave soft labels at a length it never saw."""
+    metadata = Path(path) / METADATA_FILE
+    if metadata.is_file():
+        length = json.loads(metadata.read_text()).get("args", {}).get("max_length")
+        if isinstance(length, int) and length > 0:
+            return length
+    return DEFAULT_MAX_LENGTH
 
 
 class PairCollator:
@@ -64,6 +80,8 @@ class CrossEncoder(torch.nn.Module):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         path = args.model or default_model()
+        if args.max_length is None:
+            args = replace(args, max_length=trained_max_length(path))
         torch.manual_seed(seed)  # a new classification head is drawn from the global RNG
         model, info = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32,
                                                                           output_loading_info=True)

@@ -155,6 +155,10 @@ def test_scoring_with_a_checkpoint_without_a_trained_head_is_refused(tiny_bert_d
     CrossEncoder.load(CrossEncoderArguments(str(tiny_bert_dir), max_length=32)).save(trained, {})
     main([*argv, "--model", str(trained), "--output", str(tmp_path / "scored.jsonl")])
     assert len((tmp_path / "scored.jsonl").read_text().splitlines()) == len(RECORDS)
+    # without --max-length, a trained cross-encoder scores at the length it was trained at, not at 256
+    assert CrossEncoder.load(CrossEncoderArguments(str(trained)), trained=True).args.max_length == 32
+    assert CrossEncoder.load(CrossEncoderArguments(str(tiny_bert_dir))).args.max_length == 256  # no record
+    assert CrossEncoder.load(CrossEncoderArguments(str(trained), max_length=16)).args.max_length == 16
 
 
 def test_scored_negatives_that_repeat_a_positive_stay_aligned(cross_encoder, tmp_path):
