@@ -3,7 +3,10 @@ the ranking order, a deterministic atomic writer and a validating reader.
 
 The writer keeps the top ``k`` hits per topic in ``ranked`` order (score descending, docid ascending), writes
 topics in sorted qid order and scores in Python's shortest exact form, so the same run always gives the same bytes
-and reading it back gives the same scores. The validator is the reader: it rejects a run trec_eval would misread.
+and reading it back gives the same scores, except ties (:func:`untied`): trec_eval ignores the rank column, reads a
+score as a 32-bit float and orders equal ones by docid descending, so a tie is written a float32 step lower and
+every trec_eval (Pyserini's, a submission's) scores the ranking we do. The validator is the reader: it rejects a
+run trec_eval would misread.
 """
 from __future__ import annotations
 
@@ -24,17 +27,38 @@ def ranked(hits: dict[str, float]) -> list[tuple[str, float]]:
     return sorted(hits.items(), key=lambda item: (-item[1], item[0]))
 
 
+def untied(hits: list[tuple[str, float]]) -> tuple[list[tuple[str, float]], int]:
+    """``hits`` in rank order (scores not increasing) with scores strictly decreasing as trec_eval reads them (32-bit
+    floats), and how many moved: a score whose float32 is not below the one above it becomes the next float32 down
+    from that one; every other score is kept exactly."""
+    import numpy as np
+
+    out, moved, above = [], 0, np.float32(np.inf)
+    for docid, score in hits:
+        single = np.float32(score)
+        if single < above:
+            out.append((docid, float(score)))
+        else:
+            single = np.nextafter(above, np.float32(-np.inf))
+            out.append((docid, float(single)))
+            moved += 1
+        above = single
+    return out, moved
+
+
 def write_trec_run(path: str | os.PathLike, run: Run, tag: str, k: int = MAX_DEPTH) -> Path:
-    """Write the top ``k`` hits of every topic of ``run`` to ``path`` (atomically); returns the path."""
+    """Write the top ``k`` hits of every topic of ``run`` to ``path`` (atomically), ties :func:`untied`; returns
+    the path."""
     _check_token(tag, "tag")
     with atomic_write(path) as out:
         for qid in sorted(run):
             _check_token(qid, "query id")
-            for rank, (docid, score) in enumerate(ranked(run[qid])[:k], start=1):
-                _check_token(docid, f"document id (query {qid!r})")
+            for docid, score in run[qid].items():
                 if not math.isfinite(score):
                     raise ValueError(f"run score for query {qid!r}, document {docid!r} is {score}")
-                out.write(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
+            for rank, (docid, score) in enumerate(untied(ranked(run[qid])[:k])[0], start=1):
+                _check_token(docid, f"document id (query {qid!r})")
+                out.write(f"{qid} Q0 {docid} {rank} {score!r} {tag}\n")
     return Path(path)
 
 

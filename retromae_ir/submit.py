@@ -14,13 +14,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 from retromae_ir import __version__
 from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.data.readers import iter_lines, load_topics
 from retromae_ir.io import atomic_write, claim_output, file_digest, make_dir
-from retromae_ir.runs import MAX_DEPTH, run_violations, write_trec_run
+from retromae_ir.runs import MAX_DEPTH, run_violations, untied, write_trec_run
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9]{1,12}$")
 
@@ -63,24 +62,6 @@ def check_submission(run_path: Path, topics_path: Path, tag: str) -> tuple[dict,
     return run, violations
 
 
-def untied(run: dict) -> tuple[dict, int]:
-    """``run`` (each topic's hits in the run file's rank order, scores not increasing, as the checks have verified)
-    with scores strictly decreasing in that order as trec_eval reads them, and how many scores moved. trec_eval
-    ignores the rank column, holds a score as a 32-bit float and orders tied scores by docid descending, so a
-    submitted tie (or two scores one float32 apart) would be scored in another order than the file's (ours write
-    ties by docid ascending). Each score is written as a float32; a tied one is lowered by the fewest float32 steps
-    that put it below the one ranked above it."""
-    out, moved = {}, 0
-    for qid, hits in run.items():
-        out[qid], above = {}, np.float32(np.inf)
-        for docid, score in hits.items():
-            single = np.float32(score)
-            lowered = min(single, np.nextafter(above, np.float32(-np.inf)))
-            moved += bool(lowered != single)
-            out[qid][docid], above = float(lowered), lowered
-    return out, moved
-
-
 def write_submission(run: dict, tag: str, out_dir: Path, source: Path, topics_path: Path,
                      description: str) -> tuple[Path, Path]:
     """``out_dir/TAG.gz`` and ``out_dir/TAG.description.txt``, each written atomically, the pair under the output's
@@ -93,7 +74,10 @@ def write_submission(run: dict, tag: str, out_dir: Path, source: Path, topics_pa
 def _write_pair(run: dict, tag: str, out_dir: Path, source: Path, topics_path: Path,
                 description: str) -> tuple[Path, Path]:
     (out_dir / f"{tag}.description.txt").unlink(missing_ok=True)  # never an earlier run's description (and digest)
-    run, moved = untied(run)
+    # the file's rank order (our runs: ties by docid ascending), kept under trec_eval; the writer's own order then
+    # agrees with it
+    untangled = {qid: untied(list(hits.items())) for qid, hits in run.items()}
+    run, moved = {qid: dict(hits) for qid, (hits, _) in untangled.items()}, sum(n for _, n in untangled.values())
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         plain = write_trec_run(Path(tmp) / "run.txt", run, tag)
         with atomic_write(out_dir / f"{tag}.gz", "wb") as handle, open(plain, "rb") as text:

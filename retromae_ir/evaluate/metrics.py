@@ -7,7 +7,8 @@
 - Averages run over every query of the qrels (trec_eval ``-c``): a query the run lacks scores 0 on every metric, as
   does a query without any document at ``min_relevance``. Run queries absent from the qrels are ignored.
 - Ranking order is score descending, then docid ascending, the order ``write_trec_run`` writes. (trec_eval itself
-  breaks score ties by docid descending; re-scoring by rank here makes in-memory and on-disk results agree.)
+  breaks score ties by docid descending and reads float32 scores; re-scoring by rank here makes in-memory and
+  on-disk results agree, and the writer lowers tied scores a float32 step so trec_eval agrees too.)
 """
 from __future__ import annotations
 

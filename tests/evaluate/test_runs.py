@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from retromae_ir.data.readers import DataFormatError
-from retromae_ir.runs import RunSummary, read_trec_run, validate_trec_run, write_trec_run
+from retromae_ir.runs import RunSummary, read_trec_run, untied, validate_trec_run, write_trec_run
 
 RUN = {"q2": {"b": 1.5, "a": 1.5, "c": 2.0}, "q10": {"x": 0.1 + 0.2, "y": -3.0}}
 
@@ -16,13 +16,27 @@ def test_writer_exact_bytes_sorted_topics_ties_by_docid(tmp_path):
         "q10 Q0 y 2 -3.0 bm25\n"
         "q2 Q0 c 1 2.0 bm25\n"
         "q2 Q0 a 2 1.5 bm25\n"
-        "q2 Q0 b 3 1.5 bm25\n")
+        "q2 Q0 b 3 1.4999998807907104 bm25\n")  # a tie: one float32 step down, so trec_eval keeps our order
 
 
-def test_round_trip_keeps_exact_scores(tmp_path):
+def test_round_trip_keeps_exact_scores_except_ties(tmp_path):
     path = write_trec_run(tmp_path / "run.txt", RUN, "t")
-    assert read_trec_run(path) == RUN
+    assert read_trec_run(path) == {**RUN, "q2": {"c": 2.0, "a": 1.5, "b": 1.4999998807907104}}
     assert validate_trec_run(path) == RunSummary(topics=2, lines=5, tags={"t"})
+
+
+def test_trec_eval_scores_the_written_ranking(tmp_path):
+    """trec_eval reads scores as float32 and orders ties by docid descending: ties, and two scores one float32
+    apart (1 + 1e-9 and 1), would put "b" above "a" there, against our ranking; written untied, they do not."""
+    import pytrec_eval
+
+    run = {"q": {"a": 1.0 + 1e-9, "b": 1.0, "c": 1.0, "d": 0.5}}
+    evaluator = pytrec_eval.RelevanceEvaluator({"q": {"a": 1}}, {"recip_rank"})
+    assert evaluator.evaluate(run)["q"]["recip_rank"] == pytest.approx(1 / 3)
+    written = read_trec_run(write_trec_run(tmp_path / "run.txt", run, "t"))
+    assert list(written["q"]) == ["a", "b", "c", "d"] and written["q"]["a"] == 1.0 + 1e-9
+    assert written["q"]["d"] == 0.5 and evaluator.evaluate(written)["q"]["recip_rank"] == 1.0
+    assert untied([("a", 2.0), ("b", 1.0)]) == ([("a", 2.0), ("b", 1.0)], 0)
 
 
 def test_writer_keeps_top_k(tmp_path):

@@ -86,7 +86,7 @@ def test_tied_scores_keep_the_run_files_order_under_trec_eval(tmp_path, topics):
     assert [(qid, docid, rank) for qid, _, docid, rank, _, _ in lines] == [
         ("q1", "a", "1"), ("q1", "b", "2"), ("q1", "c", "3"), ("q1", "d", "4"), ("q2", "d3", "1")]
     scores = [float(fields[4]) for fields in lines[:4]]
-    assert scores[0] == 2.0 and scores[0] > scores[1] > scores[2] > scores[3] == 1.0 and scores[2] > 2.0 - 1e-6
+    assert scores[0] == 2.000000001 and scores[0] > scores[1] > scores[2] > scores[3] == 1.0 and scores[2] > 2.0 - 1e-6
     run = {"q1": {fields[2]: float(fields[4]) for fields in lines[:4]}}
     evaluator = pytrec_eval.RelevanceEvaluator({"q1": {"a": 1}}, {"recip_rank"})
     assert evaluator.evaluate(run)["q1"]["recip_rank"] == 1.0  # with the raw ties trec_eval puts "a" third
