@@ -19,6 +19,7 @@ from retromae_ir.data.readers import DataFormatError, iter_lines
 from retromae_ir.io import atomic_write
 
 MAX_DEPTH = 1000
+FLOAT32_MAX = 3.4028234663852886e38  # trec_eval reads scores as 32-bit floats
 Run = dict[str, dict[str, float]]
 
 
@@ -39,7 +40,11 @@ def untied(hits: list[tuple[str, float]]) -> tuple[list[tuple[str, float]], int]
         if single < above:
             out.append((docid, float(score)))
         else:
-            single = np.nextafter(above, np.float32(-np.inf))
+            with np.errstate(over="ignore"):  # below float32's lowest value: -inf, refused just below
+                single = np.nextafter(above, np.float32(-np.inf))
+            if not np.isfinite(single):
+                raise ValueError(f"run score {score} of document {docid!r} ties at float32's lowest value: trec_eval "
+                                 f"could not read the ranking")
             out.append((docid, float(single)))
             moved += 1
         above = single
@@ -56,6 +61,9 @@ def write_trec_run(path: str | os.PathLike, run: Run, tag: str, k: int = MAX_DEP
             for docid, score in run[qid].items():
                 if not math.isfinite(score):
                     raise ValueError(f"run score for query {qid!r}, document {docid!r} is {score}")
+                if abs(score) > FLOAT32_MAX:
+                    raise ValueError(f"run score for query {qid!r}, document {docid!r} is {score}, beyond float32's "
+                                     f"range: trec_eval would read it as infinite")
             for rank, (docid, score) in enumerate(untied(ranked(run[qid])[:k])[0], start=1):
                 _check_token(docid, f"document id (query {qid!r})")
                 out.write(f"{qid} Q0 {docid} {rank} {score!r} {tag}\n")

@@ -14,11 +14,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 from retromae_ir import __version__
 from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.data.readers import iter_lines, load_topics
-from retromae_ir.io import atomic_write, claim_output, file_digest, make_dir
+from retromae_ir.io import atomic_write, claim_output, file_digest, make_dir, remove_stale_temporaries_of
 from retromae_ir.runs import MAX_DEPTH, run_violations, untied, write_trec_run
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9]{1,12}$")
@@ -68,6 +67,7 @@ def write_submission(run: dict, tag: str, out_dir: Path, source: Path, topics_pa
     lock (two submissions of one tag never mix an archive with the other's description)."""
     make_dir(out_dir)
     with claim_output(out_dir / f"{tag}.gz"):
+        remove_stale_temporaries_of(out_dir / f"{tag}.description.txt")  # the pair's other file, same lock
         return _write_pair(run, tag, out_dir, source, topics_path, description)
 
 
@@ -78,7 +78,7 @@ def _write_pair(run: dict, tag: str, out_dir: Path, source: Path, topics_path: P
     # agrees with it
     untangled = {qid: untied(list(hits.items())) for qid, hits in run.items()}
     run, moved = {qid: dict(hits) for qid, (hits, _) in untangled.items()}, sum(n for _, n in untangled.values())
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=f".{tag}.gz.", suffix=".tmp") as tmp:  # what a claim clears
         plain = write_trec_run(Path(tmp) / "run.txt", run, tag)
         with atomic_write(out_dir / f"{tag}.gz", "wb") as handle, open(plain, "rb") as text:
             handle.write(gzip.compress(text.read(), mtime=0))

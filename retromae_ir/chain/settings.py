@@ -39,8 +39,9 @@ PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("3-distill", ("distill_lr", "calibrate_teacher")),
 ]
 STAGES = [stage for stage, _ in PIPELINE]
-# settings added after outputs were recorded without them: what every stage made before then was made with (a
-# 0-pretrain entry of before 2026-11-25 did not record the warm-up it ran with: the default is assumed)
+# settings added to a stage's record after outputs were recorded without them: what a stage made before then was
+# made with, unless a later stage of the same run recorded it (0-pretrain recorded no warm-up before 2026-11-25; the
+# chain gives pre-training the warm-up 1-stage1 records)
 SINCE_ADDED = {"mask_false_negatives": False, "warmup_ratio": 0.1}
 
 
@@ -73,6 +74,18 @@ def stage_settings(config: ChainConfig, name: str, inputs: dict, started: bool =
     raise KeyError(f"{name}: not a stage of the chain ({', '.join(STAGES)})")
 
 
+def since_added(results: dict, name: str, field: str):
+    """What an older entry ``name`` without ``field`` was made with: the value the first later stage of ``results``
+    recorded, else :data:`SINCE_ADDED`'s."""
+    def place(entry: str) -> int:
+        return STAGES.index(pipeline_stage(entry))
+
+    for other in sorted((other for other in results if place(other) > place(name)), key=place):
+        if field in (results[other].get("settings") or {}):
+            return results[other]["settings"][field]
+    return SINCE_ADDED[field]
+
+
 def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str, verb: str = "made") -> None:
     """Refuse to continue a chain whose finished stages were made with other settings (or recorded none); with
     ``verb`` "started", the same for stages begun (a training stage resumes from its checkpoints). The earliest
@@ -88,7 +101,8 @@ def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str,
             raise ChainSettingsError(
                 f"{where}: stage {name} has no recorded settings (made by an older retromae_ir), so it cannot be "
                 f"reused safely; use a new --output")
-        recorded = {**{field: value for field, value in SINCE_ADDED.items() if field in expected}, **recorded}
+        recorded = {**{field: since_added(results, name, field) for field in SINCE_ADDED if field in expected},
+                    **recorded}
         changed = {field: (recorded.get(field), value) for field, value in expected.items()
                    if recorded.get(field) != value}
         if changed:

@@ -329,7 +329,7 @@ class Chain:
         scored = self.output / "5-soft-labels.jsonl"
         return self.timed("5-soft-labels", scored, lambda: command(
             "retromae_ir.rerank", "score", "--model", str(teacher), "--input", str(negatives),
-            "--corpus", str(self.corpus), "--output", str(scored), "--max-length", str(self.config.ce_length),
+            "--corpus", str(self.corpus), "--output", str(scored),  # at the length the teacher was trained at
             log_file=self.log_file), inputs=(Path(teacher), negatives, self.corpus))
 
     def card_retrievers(self, card: Path) -> dict:

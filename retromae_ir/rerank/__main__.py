@@ -5,6 +5,7 @@ against a second writer while the command runs."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from retromae_ir.cli import add_debug_flag, command, dataclass_parser
 from retromae_ir.io import output_lock
@@ -19,11 +20,13 @@ def train(argv: list[str]):
     from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments
     from retromae_ir.io import checkpoint_key
     from retromae_ir.packaged import default_model
-    from retromae_ir.rerank.model import CrossEncoderArguments
+    from retromae_ir.rerank.model import CrossEncoderArguments, trained_max_length
     from retromae_ir.training.trainer import exclusive_run, run_identity
 
     model_args, data, training = dataclass_parser([CrossEncoderArguments, DataArguments, FinetuneTrainingArguments],
                                                   f"{PROG} train").parse_args_into_dataclasses(argv)
+    if model_args.max_length is None:  # the run is keyed by the length it trains at, however it was given
+        model_args = dataclasses.replace(model_args, max_length=trained_max_length(model_args.model or default_model()))
     # the start's weights, not only its path: a --model folder trained again in place is another start
     identity = run_identity({"method": "cross-encoder", "start_weights": checkpoint_key(model_args.model or
                                                                                          default_model())},

@@ -47,8 +47,9 @@ def _completed(partial: Path) -> int:
 
 def score_key(model, args: ScoreArguments) -> dict:
     """What the scores depend on: the cross-encoder's weight and tokenizer files and max length, the input and
-    corpus bytes."""
-    return {"model_weights": checkpoint_key(model.args.model),
+    corpus bytes, and the format (2: every listed negative scored; a partial file of format 1 skipped a negative
+    repeating a positive, and its scores would be misaligned with the record)."""
+    return {"format": 2, "model_weights": checkpoint_key(model.args.model),
             "max_length": model.args.max_length, "input_sha256": file_digest(args.input),
             "corpus_sha256": file_digest(args.corpus) if args.corpus else None}
 

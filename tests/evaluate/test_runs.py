@@ -52,6 +52,9 @@ def test_writer_keeps_top_k(tmp_path):
     ({"q": {"": 1.0}}, "t", "document id (query 'q') ''"),
     ({"q": {"d": 1.0}}, "my tag", "tag 'my tag'"),
     ({"q": {"d": float("nan")}}, "t", "run score for query 'q', document 'd' is nan"),
+    ({"q": {"d": -1e39}}, "t", "run score for query 'q', document 'd' is -1e+39, beyond float32's range"),
+    ({"q": {"d": -3.4028234663852886e38, "e": -3.4028234663852886e38}}, "t", "run score -3.4028234663852886e+38 of "
+     "document 'e' ties at float32's lowest value"),
 ])
 def test_writer_rejects_unwritable_runs_and_leaves_no_file(tmp_path, run, tag, message):
     with pytest.raises(ValueError) as err:

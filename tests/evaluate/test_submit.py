@@ -94,3 +94,17 @@ def test_tied_scores_keep_the_run_files_order_under_trec_eval(tmp_path, topics):
     assert evaluator.evaluate(raw)["q1"]["recip_rank"] == pytest.approx(1 / 3)
     assert "scores lowered by a few float32 steps to keep the ranking under trec_eval: 2" in (
         out / "retromae1.description.txt").read_text()
+
+
+def test_what_a_killed_submission_left_is_cleared(tmp_path, topics):
+    """Its temporary folder and the description's temporary file are removed by the next submission of the tag."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".retromae1.gz.abc123.tmp").mkdir()
+    (out / ".retromae1.gz.abc123.tmp" / "run.txt").write_text("partial")
+    (out / ".retromae1.description.txt.x9.tmp").write_text("partial")
+    (out / ".other.gz.abc123.tmp").mkdir()  # another tag's: not this submission's to clear
+    code, _ = submit(tmp_path, topics, GOOD)
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir() if p.suffix != ".lock") == [
+        ".other.gz.abc123.tmp", "retromae1.description.txt", "retromae1.gz"]

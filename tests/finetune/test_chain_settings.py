@@ -342,3 +342,9 @@ def test_a_finished_pretraining_is_not_reused_under_another_warm_up():
         check_settings(results, dataclasses.replace(pretrain, warmup_ratio=0.05), INPUTS, "out")
     results["0-pretrain"]["settings"].pop("warmup_ratio")
     check_settings(results, pretrain, INPUTS, "out")
+    # an older run made with --set warmup_ratio=0.05: its stage 1 recorded the warm-up pre-training ran with too
+    older = dataclasses.replace(pretrain, warmup_ratio=0.05)
+    results["1-stage1"] = {"settings": stage_settings(older, "1-stage1", INPUTS)}
+    check_settings(results, older, INPUTS, "out")
+    with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain was made .*warmup_ratio 0.05 -> 0.1"):
+        check_settings(results, pretrain, INPUTS, "out")
