@@ -53,20 +53,24 @@ def _dense_card(tiny_card):
 
 @pytest.mark.slow
 def test_pyserini_encode_cli_runs_our_sparse_document_encoder(tiny_card, tmp_path):
-    """``python -m pyserini.encode ... --encoder retromae_ir-sparse:CARD`` in a fresh process writes our impacts."""
-    texts = ["the cat sat on the mat", "proteins fold in yeast", "chess openings"]
+    """``python -m pyserini.encode`` with the documented command on a BEIR-layout corpus (``_id``, ``title``,
+    ``text``) writes our impacts of title + text, as ``encode corpus`` encodes them: Pyserini reads and passes
+    only ``text`` unless ``--fields title text`` is given on both its input and encoder sides."""
+    docs = [("d0", "cats", "the cat sat on the mat"), ("d1", "", "proteins fold in yeast"),
+            ("d2", "games", "chess openings")]
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"d{i}", "contents": t}) + "\n" for i, t in enumerate(texts)))
+    corpus.write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs))
     done = subprocess.run([sys.executable, "-m", "pyserini.encode", "input", "--corpus", str(corpus),
-                           "output", "--embeddings", str(tmp_path / "out"),
-                           "encoder", "--encoder", f"retromae_ir-sparse:{tiny_card}", "--device", "cpu",
-                           "--batch-size", "2"], capture_output=True, text=True, timeout=600)
+                           "--fields", "title", "text", "output", "--embeddings", str(tmp_path / "out"),
+                           "encoder", "--encoder", f"retromae_ir-sparse:{tiny_card}", "--fields", "title", "text",
+                           "--device", "cpu", "--batch-size", "2"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     written = [json.loads(line) for line in (tmp_path / "out" / "embeddings.jsonl").open()]
+    from retromae_ir.data.readers import joined
     from retromae_ir.encode.pyserini_registry import sparse_dicts
 
     model = EncoderModel.from_card(tiny_card, device="cpu")
-    expected = sparse_dicts(model, model.encode_passage(texts).sparse)
+    expected = sparse_dicts(model, model.encode_passage([joined(t, x) for _, t, x in docs]).sparse)
     assert [w["id"] for w in written] == ["d0", "d1", "d2"]
     for record, vector in zip(written, expected):
         assert record["vector"].keys() == vector.keys()
