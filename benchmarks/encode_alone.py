@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     add_compile_argument(parser)  # EncoderModel.compile_backbone
     parser.add_argument("--full-last-layer", action="store_true",
                         help="keep every row of a [CLS]-pooled dense card's last layer (as before first_token.py)")
+    parser.add_argument("--batch-tokens", type=batch_tokens, default="auto",
+                        help="tokens per forward pass: a number, 'none' (no cap) or 'auto' (the default: "
+                             "retromae_ir.encode.batching's cap from the last-level cache)")
     args = parser.parse_args(argv)
     if args.slice < 1 or args.slices < 1:
         parser.error("--slice and --slices must be at least 1")
@@ -55,6 +58,7 @@ def main(argv=None) -> int:
     with (mock.patch.object(model_class, "_trim_for_inference", lambda self: None) if args.full_last_layer
           else contextlib.nullcontext()):
         model = EncoderModel.from_card(args.encoder, device="cpu", bf16=False)
+    model.batch_tokens = args.batch_tokens
     if args.compile:
         model.compile_backbone(args.compile)
     warm = texts[-64:]  # compilation and the first batch, on documents no slice holds
@@ -74,6 +78,8 @@ def main(argv=None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     compiled = f" --compile {args.compile}" if args.compile else ""
     compiled += " --full-last-layer" if args.full_last_layer else ""
+    compiled += f" --batch-tokens {args.batch_tokens}" if args.batch_tokens != "auto" else ""
+    print(f"tokens per forward pass: {model.max_batch_tokens}")
     print(f"\n{args.encoder}{compiled}, fp32, {args.threads} threads; fp32 ceiling "
           f"{ceiling:.1f} GFLOP/s")
     print("| documents | shapes | docs/s | of the ceiling | user s | system s | minor page faults |")
@@ -83,6 +89,15 @@ def main(argv=None) -> int:
               f"{row['fraction_of_ceiling']:.2f} | {row['user_s']:.1f} | {row['system_s']:.1f} | "
               f"{row['minor_page_faults']} |")
     return 0
+
+
+def batch_tokens(text: str) -> int | None | str:
+    """``--batch-tokens``: a positive number, ``none`` or ``auto`` (``EncoderModel.batch_tokens``'s values)."""
+    if text in ("auto", "none"):
+        return None if text == "none" else text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, 'none' or 'auto', got {text!r}")
+    return int(text)
 
 
 def flops(model, texts: list[str], model_flops_per_doc, token_counts) -> float:
