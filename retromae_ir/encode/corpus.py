@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from retromae_ir.encode.cards import EncoderCard
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, checksums, write_manifest
-from retromae_ir.encode.representation import impact_dicts
+from retromae_ir.encode.representation import ENCODING_VERSION, impact_dicts
 from retromae_ir.io import atomic_dir, atomic_write, claim_output, pairs_digest
 from retromae_ir.process import run_child
 
@@ -71,11 +71,12 @@ def corpus_digest(docids: list[str], texts: list[str]) -> str:
 
 def sources(model, docids: list[str], texts: list[str], chunk_size: int) -> dict:
     """Everything the chunks depend on: the card (fingerprint, weight and tokenizer files, passage length), the
-    precision, the documents' ids and texts, and the chunk size (chunk files are named by their first document, so
-    chunks cut at another size would overlap or leave gaps). Chunks are resumed only under equal sources, so changed
-    texts, retrained weights, another dtype or chunk size are encoded again instead of being mixed with old vectors."""
+    encoding code's version, the precision, the documents' ids and texts, and the chunk size (chunk files are named
+    by their first document, so chunks cut at another size would overlap or leave gaps). Chunks are resumed only
+    under equal sources, so changed texts, retrained weights, newer encoding code, another dtype or chunk size are
+    encoded again instead of being mixed with old vectors."""
     card = model.card
-    return {"fingerprint": card.fingerprint(), "weights": card.checkpoint_digests(),
+    return {"fingerprint": card.fingerprint(), "weights": card.checkpoint_digests(), "encoding": ENCODING_VERSION,
             "max_passage_length": card.max_passage_length, "precision": precision(model),
             "documents": len(docids), "corpus_digest": corpus_digest(docids, texts), "chunk_size": chunk_size}
 
@@ -128,8 +129,7 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
     candidates = {}  # work folder -> its sources
     for root in sorted((Path(output) / WORK).glob(f"*-of-{shard_num}")):
         source = _read_source(root)
-        if source and source["fingerprint"] == card.fingerprint() and source["weights"] == card.checkpoint_digests() \
-                and (source["precision"] == "int8") == int8 \
+        if source and _encoded_by(source, card) and (source["precision"] == "int8") == int8 \
                 and all(source.get(field) == value for field, value in source_fields.items()):
             candidates[root] = source
     finished = [root for root in candidates if not _unfinished(root, shard_num)]
@@ -155,6 +155,12 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
                                  f"({found}): remove the stale ones, or encode into a new --output")
     raise IndexMismatchError(f"no encoded shards of card {card.name!r} ({shard_num} shards, "
                              f"{'int8' if int8 else 'not int8'}) under {output}/{WORK}")
+
+
+def _encoded_by(source: dict, card: EncoderCard) -> bool:
+    """Whether chunks of these sources are ``card``'s vectors with its current weights, by this encoding code."""
+    return (source.get("fingerprint") == card.fingerprint() and source.get("weights") == card.checkpoint_digests()
+            and source.get("encoding", 0) == ENCODING_VERSION)
 
 
 def _read_source(root: Path) -> dict | None:
@@ -236,8 +242,9 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
     output = Path(output)
     work = Path(work) if work is not None else find_work(output, card, shard_num, int8)
     source = _read_source(work) or {}
-    if source.get("fingerprint") != card.fingerprint() or source.get("weights") != card.checkpoint_digests():
-        raise IndexMismatchError(f"{work} was not encoded with card {card.name!r} and its current weights")
+    if not _encoded_by(source, card):
+        raise IndexMismatchError(f"{work} was not encoded with card {card.name!r} and its current weights by this "
+                                 f"encoding code (version {ENCODING_VERSION})")
     paths = _chunk_paths(work, shard_num, source["documents"])
     dims = _chunk_field(paths[0], "dense").shape[1]
     if dims != card.dims:

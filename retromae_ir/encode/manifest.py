@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from retromae_ir.encode.cards import EncoderCard
+from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.io import atomic_write, file_digest
 
 MANIFEST = "manifest.json"
@@ -40,7 +41,8 @@ def write_manifest(directory: Path, card: EncoderCard, **fields) -> Path:
     """Write ``directory/manifest.json`` last, atomically: its presence means the output is complete."""
     data = {"format": FORMAT, "card": card.to_dict(), "fingerprint": card.fingerprint(), "dims": card.dims,
             "k": card.k, "query_k": card.query_k, "scale": card.scale, "activation": card.activation,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": versions(), **fields}
+            "encoding": ENCODING_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "versions": versions(), **fields}
     with atomic_write(Path(directory) / MANIFEST) as out:
         json.dump(data, out, indent=2, sort_keys=True)
     return Path(directory) / MANIFEST
@@ -53,11 +55,28 @@ def read_manifest(directory: str | os.PathLike) -> dict:
     return json.loads(path.read_text())
 
 
+def encoding_version(manifest: dict) -> int:
+    """The encoding code's version (``representation.ENCODING_VERSION``) a manifest records; 0 before it did."""
+    return manifest.get("encoding", 0)
+
+
+def check_encoding(manifest: dict, where: str | os.PathLike) -> None:
+    """Refuse vectors that another version of the encoding code made than this one (its queries would not be
+    encoded as ``where``'s documents were)."""
+    recorded = encoding_version(manifest)
+    if recorded != ENCODING_VERSION:
+        made = "before retromae_ir recorded it" if recorded == 0 else f"by retromae_ir's encoding version {recorded}"
+        raise IndexMismatchError(f"{where} was encoded {made}; this code encodes version {ENCODING_VERSION}, "
+                                 f"whose vectors differ: encode it again with this code")
+
+
 def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
     """Refuse a card whose representation differs from the one that built ``where`` (name the differing fields),
     or whose checkpoint's weight, config or tokenizer files differ from those recorded (a checkpoint trained again, or
-    its tokenizer edited, in place: its queries would be encoded by another model than the documents)."""
+    its tokenizer edited, in place: its queries would be encoded by another model than the documents), or whose
+    encoding code's version is not this code's (:func:`check_encoding`)."""
     if manifest["fingerprint"] == card.fingerprint():
+        check_encoding(manifest, where)
         recorded = manifest.get("weights") or {}
         current = card.checkpoint_digests() if recorded else {}  # a hub name is looked up only when there is a record
         if recorded and current and recorded != current:  # {}: unknown (a hub name not in the cache here)
@@ -95,6 +114,10 @@ def check_queries(queries: str | os.PathLike, index: str | os.PathLike) -> None:
     """Refuse pre-encoded ``queries`` that another card, or other weights of the same checkpoint, encoded than
     ``index``'s documents: Pyserini searches whatever vectors it is handed, and scores them without complaint."""
     encoded, built = read_manifest(queries), read_manifest(index)
+    if encoding_version(encoded) != encoding_version(built):
+        raise IndexMismatchError(f"{queries} and {index} were encoded by other versions of retromae_ir's encoding "
+                                 f"code ({encoding_version(encoded)} and {encoding_version(built)}; 0: before it "
+                                 f"was recorded): encode them again with one version")
     if encoded["fingerprint"] != built["fingerprint"]:
         raise IndexMismatchError(f"{queries} was encoded with card {encoded['card'].get('name')!r}, {index} with "
                                  f"{built['card'].get('name')!r} (another representation): encode the queries again")

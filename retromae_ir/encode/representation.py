@@ -26,6 +26,15 @@ import torch
 
 from retromae_ir.encode.packed_linear import PackedLinear, output_slices
 
+ENCODING_VERSION = 1
+"""The version of the code that turns a checkpoint and a card into vectors (tokenising, joining title and text,
+pooling, this module's representation, top-k, the impacts). Every cache of vectors records it (chunks, index
+manifests, run keys, pre-encoded queries): an index or run of another version is encoded or searched again, never
+reused, and an index of another version is refused at search, where queries would be encoded by other code than
+its documents. Bump it in the commit that changes any card's vectors beyond rounding;
+``tests/search/test_encoding_version.py`` pins the packaged MiniLM's vectors under it. Indexes written before it
+was recorded (2026-11-25) read as version 0."""
+
 ACTIVATIONS = {
     "relu": torch.relu,
     "log1p_relu": lambda x: torch.log1p(torch.relu(x)),

@@ -224,16 +224,18 @@ SEARCH_MODES = {"dense", "sparse", "hybrid"}
 
 
 def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]) -> bool:
-    """Built from these passages (ids and texts) by this card, weights and precision: reused, never re-encoded."""
+    """Built from these passages (ids and texts) by this card, weights, precision and encoding code: reused, never
+    re-encoded."""
     from retromae_ir.encode.corpus import corpus_digest, precision
-    from retromae_ir.encode.manifest import MANIFEST
+    from retromae_ir.encode.manifest import MANIFEST, encoding_version
+    from retromae_ir.encode.representation import ENCODING_VERSION
 
     manifest = index_dir / MANIFEST
     if not manifest.is_file():
         return False
     data = json.loads(manifest.read_text())
     return (data.get("fingerprint") == model.card.fingerprint() and data.get("precision") == precision(model)
-            and data.get("weights") == model.card.checkpoint_digests()
+            and encoding_version(data) == ENCODING_VERSION and data.get("weights") == model.card.checkpoint_digests()
             and data.get("corpus_digest") == corpus_digest(docids, texts))
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.search.retriever import EncoderRetriever
 
 from conftest import CORPUS
@@ -125,10 +126,15 @@ def test_an_index_of_a_weight_file_since_deleted_is_not_current(tmp_path, tiny_b
     card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
     retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes")
     digests = retriever.source_digests(CORPUS)
-    manifest = {"fingerprint": retriever.card.fingerprint(), "precision": precision(retriever.model), **digests}
+    manifest = {"fingerprint": retriever.card.fingerprint(), "precision": precision(retriever.model),
+                "encoding": ENCODING_VERSION, **digests}
     (tmp_path / "index").mkdir()
     (tmp_path / "index" / "manifest.json").write_text(json.dumps(manifest))
     assert retriever.index_is_current(tmp_path / "index", digests)
+    unrecorded = {key: value for key, value in manifest.items() if key != "encoding"}  # written before the field
+    for older in ({**manifest, "encoding": ENCODING_VERSION - 1}, unrecorded):  # older encoding code: encode again
+        (tmp_path / "index" / "manifest.json").write_text(json.dumps(older))
+        assert not retriever.index_is_current(tmp_path / "index", digests)
     manifest["projection.safetensors_sha256"] = "0" * 64
     (tmp_path / "index" / "manifest.json").write_text(json.dumps(manifest))
     assert not retriever.index_is_current(tmp_path / "index", digests)
@@ -170,7 +176,8 @@ def test_unknown_weights_are_not_taken_for_other_weights(tmp_path, tiny_bert_dir
     card_file = tmp_path / "tiny.yaml"
     card_file.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
     card = load_card(str(card_file))
-    manifest = {"fingerprint": card.fingerprint(), "card": card.to_dict(), "weights": card.checkpoint_digests()}
+    manifest = {"fingerprint": card.fingerprint(), "card": card.to_dict(), "weights": card.checkpoint_digests(),
+                "encoding": ENCODING_VERSION}
     check_card(manifest, card, "idx")
     monkeypatch.setattr(EncoderCard, "checkpoint_digests", lambda self: {})
     check_card(manifest, card, "idx")
