@@ -22,11 +22,13 @@ import yaml
 from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import STAGES, check_settings, pipeline_stage, stage_settings
 from retromae_ir.data.beir import dataset_digest
+from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
 from retromae_ir.packaged import default_model
 
 log = logging.getLogger("retromae_ir.chain")
 MODES = ("dense", "sparse", "hybrid")
+EVALUATION = (*MODES, "dev", "eval_wall_s", "made_with", "sparse_weight", "sparse_weight_sweep")  # a record's metrics
 METRICS = ("ndcg@10", "recall@100")
 # searched over the chain's own corpus (a sub-corpus changes every figure): stage name -> (label, its mode)
 BASELINES = {"baseline-bm25": ("BM25 flat (Pyserini)", "sparse"),
@@ -248,6 +250,7 @@ class Chain:
             if self.config.evaluate_pretrained:
                 self.evaluate(name, self.card_retrievers(card))
             return card
+        self.drop_stale_evaluation(name, {})
         if "sparse_weight" not in self.results.get(name, {}):
             self.choose_sparse_weight(name, self.write_card(f"{name}-unweighted", checkpoint))
         return self.write_card(name, checkpoint, self.results[name]["sparse_weight"])
@@ -268,7 +271,7 @@ class Chain:
         test = sweep_sparse_weight(index, retriever.model, *self.test_queries, weights=[weight])[weight]
         log.info("%s: OT weight %g chosen on the dev split (dev %s); test %s", name, weight, sweep[weight], test)
         self.record(name, sparse_weight=weight, sparse_weight_sweep={str(w): m for w, m in sweep.items()},
-                    hybrid=test, eval_wall_s=round(time.time() - start, 1))
+                    hybrid=test, eval_wall_s=round(time.time() - start, 1), made_with=self.made_with({}))
 
     def bm25_negatives(self) -> Path:
         return self.mine("1-bm25-negatives", "bm25")
@@ -358,18 +361,32 @@ class Chain:
     def evaluate(self, name: str, retrievers: dict, made_with: dict | None = None) -> None:
         """Search the test and dev queries over the chain's corpus with each mode's retriever: nDCG@10, R@100
         (the test metrics under the mode's name, the dev metrics under ``dev``). ``made_with``: what the metrics
-        depend on beyond the stage's settings (a baseline's card and checkpoint files); recorded metrics made
-        with anything else are dropped and measured again."""
-        recorded = self.results.get(name)
-        if made_with is not None and recorded is not None and recorded.get("made_with") != as_stored(made_with):
-            log.info("%s is evaluated again: its retrievers changed since it was recorded", name)
-            self.results.pop(name)
+        depend on beyond the stage's settings and the encoding code's version (a baseline's card and checkpoint
+        files); see :meth:`drop_stale_evaluation`."""
+        self.drop_stale_evaluation(name, made_with or {})
         start = time.time()
         for mode, retriever in retrievers.items():
             self.evaluate_mode(name, mode, retriever)
         if "eval_wall_s" not in self.results.get(name, {}):
-            self.record(name, eval_wall_s=round(time.time() - start, 1),
-                        **({"made_with": as_stored(made_with)} if made_with is not None else {}))
+            self.record(name, eval_wall_s=round(time.time() - start, 1), made_with=self.made_with(made_with or {}))
+
+    @staticmethod
+    def made_with(depends_on: dict) -> dict:
+        """What a recorded evaluation was made with: ``depends_on`` and the encoding code's version."""
+        return as_stored({**depends_on, "encoding": ENCODING_VERSION})
+
+    def drop_stale_evaluation(self, name: str, depends_on: dict) -> None:
+        """Drop the metrics (and a start's dev-chosen OT weight) recorded for ``name`` with anything else than
+        ``depends_on`` and this encoding code (older ones recorded none), so they are measured again; the stage's
+        training record stays. Before the version was recorded, a chain re-run after a vector-changing fix reported
+        the old code's stage rows beside baselines measured anew."""
+        recorded = self.results.get(name, {})
+        if "eval_wall_s" in recorded and recorded.get("made_with") != self.made_with(depends_on):
+            log.info("%s is evaluated again: recorded with other retrievers or encoding code", name)
+            self.results[name] = {key: value for key, value in recorded.items() if key not in EVALUATION}
+            if not self.results[name]:
+                self.results.pop(name)
+            self.save_results()
 
     def evaluate_mode(self, name: str, mode: str, retriever) -> None:
         from retromae_ir.evaluate import evaluate_run

@@ -13,6 +13,7 @@ import pytest
 from retromae_ir.chain import stages as chain
 from retromae_ir.chain.__main__ import main as chain_main
 from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_qrels
+from retromae_ir.encode.representation import ENCODING_VERSION
 
 TINY = ["pretrain_steps=2", "pretrain_batch=2", "pretrain_length=32", "query_length=16", "passage_length=32",
         "steps=2", "batch=4", "ce_steps=2", "ce_batch=2", "ce_length=32", "negatives=2", "max_rank=20", "k=40",
@@ -97,6 +98,22 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert (output / "commands.log").stat().st_size == commands
     assert json.loads((output / "results.json").read_text()) == main
     assert main["2-stage2"]["settings"]["group"] == 2 and main["3-distill"]["settings"]["distill_lr"] == 2e-5
+
+    # metrics recorded by other encoding code (or before it was recorded): measured again, nothing trained again
+    # (a re-run after a vector-changing fix used to report the old code's stage rows beside new baselines)
+    results = json.loads((output / "results.json").read_text())
+    for stage in ("0-pretrain", *STAGES):
+        assert results[stage]["made_with"] == {"encoding": ENCODING_VERSION}
+        results[stage]["hybrid"]["ndcg@10"] = -1.0
+        results[stage]["made_with"]["encoding"] = ENCODING_VERSION + 1
+    del results["1-stage1"]["made_with"]
+    (output / "results.json").write_text(json.dumps(results))
+    chain_main(argv)
+    assert (output / "commands.log").stat().st_size == commands
+    remeasured = json.loads((output / "results.json").read_text())
+    for stage in ("0-pretrain", *STAGES):
+        assert remeasured[stage] == main[stage] | {"eval_wall_s": mock.ANY}
+    main = remeasured
 
     # a stage folder deleted by hand: the stage is made again and evaluated again (its old metrics used to stay,
     # reported beside the new weights); stage 2's digest is recorded, so an equal re-made one keeps distillation
