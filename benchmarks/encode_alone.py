@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     compiled = f" --compile {args.compile}" if args.compile else ""
     compiled += " --full-last-layer" if args.full_last_layer else ""
-    compiled += f" --batch-tokens {args.batch_tokens}" if args.batch_tokens != "auto" else ""
+    compiled += f" --batch-tokens {args.batch_tokens or 'none'}" if args.batch_tokens != "auto" else ""
     print(f"tokens per forward pass: {model.max_batch_tokens}")
     print(f"\n{args.encoder}{compiled}, fp32, {args.threads} threads; fp32 ceiling "
           f"{ceiling:.1f} GFLOP/s")

@@ -210,8 +210,11 @@ def build(args) -> dict:
 
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
+    from retromae_ir.encode.representation import ENCODING_VERSION
+
     settings = {key: getattr(args, key) for key in ("docs", "queries", "dims", "k", "query_k", "vocab", "zipf",
                                                     "seed", "no_lucene")}
+    settings["encoding"] = ENCODING_VERSION  # the searchers refuse an index of other encoding code
     done = work / "build.json"
     if done.is_file() and json.loads(done.read_text())["settings"] == settings:
         print(f"reusing the index under {work}", flush=True)

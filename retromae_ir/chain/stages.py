@@ -261,6 +261,7 @@ class Chain:
         from retromae_ir.evaluate.sparse_weight import best_weight, sweep_sparse_weight
 
         start = time.time()
+        self.record_made_with(name, {})
         retrievers = self.card_retrievers(card)
         for mode in ("dense", "sparse"):
             self.evaluate_mode(name, mode, retrievers[mode])
@@ -271,7 +272,7 @@ class Chain:
         test = sweep_sparse_weight(index, retriever.model, *self.test_queries, weights=[weight])[weight]
         log.info("%s: OT weight %g chosen on the dev split (dev %s); test %s", name, weight, sweep[weight], test)
         self.record(name, sparse_weight=weight, sparse_weight_sweep={str(w): m for w, m in sweep.items()},
-                    hybrid=test, eval_wall_s=round(time.time() - start, 1), made_with=self.made_with({}))
+                    hybrid=test, eval_wall_s=round(time.time() - start, 1))
 
     def bm25_negatives(self) -> Path:
         return self.mine("1-bm25-negatives", "bm25")
@@ -364,24 +365,31 @@ class Chain:
         depend on beyond the stage's settings and the encoding code's version (a baseline's card and checkpoint
         files); see :meth:`drop_stale_evaluation`."""
         self.drop_stale_evaluation(name, made_with or {})
+        self.record_made_with(name, made_with or {})
         start = time.time()
         for mode, retriever in retrievers.items():
             self.evaluate_mode(name, mode, retriever)
         if "eval_wall_s" not in self.results.get(name, {}):
-            self.record(name, eval_wall_s=round(time.time() - start, 1), made_with=self.made_with(made_with or {}))
+            self.record(name, eval_wall_s=round(time.time() - start, 1))
 
     @staticmethod
     def made_with(depends_on: dict) -> dict:
         """What a recorded evaluation was made with: ``depends_on`` and the encoding code's version."""
         return as_stored({**depends_on, "encoding": ENCODING_VERSION})
 
+    def record_made_with(self, name: str, depends_on: dict) -> None:
+        """Record what ``name``'s evaluation is made with before its first row, so an interrupted one's rows say
+        too (:meth:`drop_stale_evaluation`); nothing is written when already recorded."""
+        if self.results.get(name, {}).get("made_with") != self.made_with(depends_on):
+            self.record(name, made_with=self.made_with(depends_on))
+
     def drop_stale_evaluation(self, name: str, depends_on: dict) -> None:
         """Drop the metrics (and a start's dev-chosen OT weight) recorded for ``name`` with anything else than
-        ``depends_on`` and this encoding code (older ones recorded none), so they are measured again; the stage's
-        training record stays. Before the version was recorded, a chain re-run after a vector-changing fix reported
-        the old code's stage rows beside baselines measured anew."""
+        ``depends_on`` and this encoding code (older ones recorded none), finished or interrupted, so they are
+        measured again; the stage's training record stays. Before the version was recorded, a chain re-run after a
+        vector-changing fix reported the old code's stage rows beside baselines measured anew."""
         recorded = self.results.get(name, {})
-        if "eval_wall_s" in recorded and recorded.get("made_with") != self.made_with(depends_on):
+        if any(key in recorded for key in EVALUATION) and recorded.get("made_with") != self.made_with(depends_on):
             log.info("%s is evaluated again: recorded with other retrievers or encoding code", name)
             self.results[name] = {key: value for key, value in recorded.items() if key not in EVALUATION}
             if not self.results[name]:

@@ -5,12 +5,14 @@
     DIR/sparse/index/                Lucene impact index (pyserini.index.lucene --impact --pretokenized)
     DIR/sparse/ot/                   the OT store for exact Eq. 12 scoring: float16 weights, term-major, read
                                      memory-mapped (retromae_ir/search/ot_store.py)
-    DIR/manifest.json                written last: card, dims, k, scale, counts, checksums, versions
+    DIR/manifest.json                written last: card, dims, k, scale, counts, checksums, the encoding code's
+                                     version, library versions
 
 Shard ``i`` of ``n`` encodes a contiguous slice of the corpus into DIR/.work/<sources>-of-<n>/shard-<i>/ as chunk files
 written atomically; a rerun skips finished chunks, so an interrupted job resumes where it stopped. <sources> is a digest
-of everything the vectors depend on (card fingerprint, weight and tokenizer files, passage length, precision, and every
-document's id and text), so chunks of a changed corpus or retrained weights are never resumed onto. Shards can run as
+of everything the vectors depend on (card fingerprint, weight and tokenizer files, the encoding code's version, passage
+length, precision, and every document's id and text), so chunks of a changed corpus, retrained weights or other encoding
+code are never resumed onto. Shards can run as
 separate processes or GPUs (``torchrun`` sets RANK/WORLD_SIZE), each locking its own folder; ``merge`` joins them under
 the output's lock.
 """
@@ -82,7 +84,8 @@ def sources(model, docids: list[str], texts: list[str], chunk_size: int) -> dict
 
 
 def work_dir(output: Path, source: dict, shard_num: int) -> Path:
-    """DIR/.work/<digest of the sources>-of-<n>: one folder per (card, weights, precision, corpus, sharding)."""
+    """DIR/.work/<digest of the sources>-of-<n>: one folder per (card, weights, encoding code, precision, corpus,
+    sharding)."""
     key = hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()[:16]
     return Path(output) / WORK / f"{key}-of-{shard_num}"
 
@@ -154,7 +157,8 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
         raise IndexMismatchError(f"{output}/{WORK} holds {len(finished)} finished encodings of card {card.name!r} "
                                  f"({found}): remove the stale ones, or encode into a new --output")
     raise IndexMismatchError(f"no encoded shards of card {card.name!r} ({shard_num} shards, "
-                             f"{'int8' if int8 else 'not int8'}) under {output}/{WORK}")
+                             f"{'int8' if int8 else 'not int8'}, encoding version {ENCODING_VERSION}) under "
+                             f"{output}/{WORK}: shards of other weights or encoding code are not merged")
 
 
 def _encoded_by(source: dict, card: EncoderCard) -> bool:

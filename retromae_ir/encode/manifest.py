@@ -3,6 +3,7 @@ so an index is never searched with another card's queries or read half-written."
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from retromae_ir.encode.cards import EncoderCard
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.io import atomic_write, file_digest
 
+logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 FORMAT = 1
 
@@ -58,6 +60,15 @@ def read_manifest(directory: str | os.PathLike) -> dict:
 def encoding_version(manifest: dict) -> int:
     """The encoding code's version (``representation.ENCODING_VERSION``) a manifest records; 0 before it did."""
     return manifest.get("encoding", 0)
+
+
+def same_encoding(manifest: dict, where: str | os.PathLike) -> bool:
+    """Whether this encoding code made ``where``'s vectors; when not, says so in the log (it is encoded again)."""
+    if encoding_version(manifest) == ENCODING_VERSION:
+        return True
+    logger.info("%s: encoded by encoding version %d (0: before it was recorded), this code's is %d: not reused",
+                where, encoding_version(manifest), ENCODING_VERSION)
+    return False
 
 
 def check_encoding(manifest: dict, where: str | os.PathLike) -> None:
@@ -111,8 +122,9 @@ def check_precision(manifest: dict, model, where: str | os.PathLike) -> None:
 
 
 def check_queries(queries: str | os.PathLike, index: str | os.PathLike) -> None:
-    """Refuse pre-encoded ``queries`` that another card, or other weights of the same checkpoint, encoded than
-    ``index``'s documents: Pyserini searches whatever vectors it is handed, and scores them without complaint."""
+    """Refuse pre-encoded ``queries`` that another card, other weights of the same checkpoint, or another version of
+    the encoding code encoded than ``index``'s documents: Pyserini searches whatever vectors it is handed, and
+    scores them without complaint."""
     encoded, built = read_manifest(queries), read_manifest(index)
     if encoding_version(encoded) != encoding_version(built):
         raise IndexMismatchError(f"{queries} and {index} were encoded by other versions of retromae_ir's encoding "

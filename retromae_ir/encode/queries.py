@@ -4,9 +4,9 @@
                              plain object-dtype strings, so reading it needs no pyarrow
     DIR/sparse.jsonl         {"id", "contents", "vector": {token: int}} read by LuceneImpactSearcher
                              (``--encoder DIR/sparse.jsonl``), looked up by the query text
-    DIR/manifest.json        the card, weight and tokenizer files and precision that encoded them
-                             (``check_queries`` holds the card and those files against an index's manifest;
-                             another precision is allowed)
+    DIR/manifest.json        the card, weight and tokenizer files, encoding code's version and precision that
+                             encoded them (``check_queries`` holds the card, those files and the version against
+                             an index's manifest; another precision is allowed)
 """
 from __future__ import annotations
 

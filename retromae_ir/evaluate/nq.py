@@ -227,15 +227,14 @@ def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]
     """Built from these passages (ids and texts) by this card, weights, precision and encoding code: reused, never
     re-encoded."""
     from retromae_ir.encode.corpus import corpus_digest, precision
-    from retromae_ir.encode.manifest import MANIFEST, encoding_version
-    from retromae_ir.encode.representation import ENCODING_VERSION
+    from retromae_ir.encode.manifest import MANIFEST, same_encoding
 
     manifest = index_dir / MANIFEST
     if not manifest.is_file():
         return False
     data = json.loads(manifest.read_text())
     return (data.get("fingerprint") == model.card.fingerprint() and data.get("precision") == precision(model)
-            and encoding_version(data) == ENCODING_VERSION and data.get("weights") == model.card.checkpoint_digests()
+            and same_encoding(data, index_dir) and data.get("weights") == model.card.checkpoint_digests()
             and data.get("corpus_digest") == corpus_digest(docids, texts))
 
 
@@ -246,7 +245,7 @@ def build_index(model, corpus: Path, index_dir: Path, shard_id: int | None = Non
     ``shard_id`` given (with ``shard_count`` > 1): encode that shard's contiguous slice of the passages into
     ``index_dir/.work/<sources>-of-<n>/shard-<i>/`` (resumable chunks, the shard folder locked) and return None;
     shards run side by side, on other GPUs or machines sharing the folder. Otherwise (the index folder locked): reuse
-    an index of these passages, this card, weights and precision; else encode (one shard) or join the ``shard_count``
+    an index of these passages, this card, weights, precision and encoding code; else encode (one shard) or join the ``shard_count``
     finished shards (an unfinished one is an error naming it), then build the indexes and the manifest."""
     from retromae_ir.encode.corpus import corpus_digest, encode_shard, find_work, merge, precision
     from retromae_ir.io import claim_output

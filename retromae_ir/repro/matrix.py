@@ -2,8 +2,9 @@
 
 A condition runs ``eval/beir_all.py`` into its own folder, emptied first, with its indexes inside it, and
 compares the results table's scores with the expected ones (within the file's tolerance). Nothing is reused: the
-run and index caches are keyed by the data and the model, not by the code or the libraries, so a reused run would
-re-score what older code retrieved and a check of today's code would pass on yesterday's results. The commands
+run and index caches are keyed by the data, the model and the encoding code's version, but not by the rest of the
+code (search, evaluation) or the libraries, so a reused run could re-score what older code retrieved and a check
+of today's code would pass on yesterday's results. The commands
 are the ones a user would type, so the generated docs show exactly what was run.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 
 from retromae_ir.encode.cards import load_card
-from retromae_ir.encode.manifest import MANIFEST, encoding_version
+from retromae_ir.encode.manifest import MANIFEST, same_encoding
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.io import check_unchanged, claim_output, file_digest
 
@@ -64,8 +64,8 @@ class EncoderRetriever:
 
     def index_is_current(self, index_dir: Path, digests: dict[str, str]) -> bool:
         """Built by this card, weights, precision and encoding code from these corpus bytes (not merely a corpus of
-        this name), with
-        a Lucene impact index when this retriever builds one (an index made without it is not reused then)."""
+        this name), with a Lucene impact index when this retriever builds one (an index made without it is not
+        reused then)."""
         from retromae_ir.encode.corpus import precision
 
         manifest = index_dir / MANIFEST
@@ -75,7 +75,8 @@ class EncoderRetriever:
         has_lucene = data.get("lucene", True) or not self.card.sparse
         recorded = {key: value for key, value in data.items() if key.endswith("_sha256")}
         return (data.get("fingerprint") == self.card.fingerprint() and data.get("precision") == precision(self.model)
-                and encoding_version(data) == ENCODING_VERSION and (has_lucene or not self.lucene) and recorded == digests)  # a weight file gone is a change too
+                and (has_lucene or not self.lucene) and recorded == digests  # a weight file gone is a change too
+                and same_encoding(data, index_dir))
 
     def build_index(self, corpus: Path, index_name: str) -> Path:
         """Encode ``corpus`` into faiss + Lucene impact indexes, unless an index of it with this card exists.
@@ -102,8 +103,8 @@ class EncoderRetriever:
         from retromae_ir.encode.corpus import precision
 
         return {"retriever": "encoder", "fingerprint": self.card.fingerprint(), **self.source_digests(corpus),
-                "precision": precision(self.model), "encoding": ENCODING_VERSION, "mode": self.mode, "hits": self.hits,
-                "candidates": self.candidates}
+                "precision": precision(self.model), "encoding": ENCODING_VERSION, "mode": self.mode,
+                "hits": self.hits, "candidates": self.candidates}
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
         from retromae_ir.search.exact_hybrid import ExactHybridSearcher
