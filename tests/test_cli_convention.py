@@ -83,3 +83,15 @@ def test_errors_follow_the_convention(helps, name):
     assert DECORATED_MAIN.search(CONVENTION[name].read_text(encoding="utf-8")), \
         f"{name}: main is not decorated with retromae_ir.cli.command"
     assert "--debug" in helps[name].stdout, f"{name} --help does not list --debug"
+
+
+def test_no_message_or_doc_names_an_underscored_flag():
+    """Messages, docstrings and docs name flags as ``--help`` shows them (dashed): the MASTER ones were written
+    ``--master_tasks`` in an error message and docs/pretraining.md while the help lists ``--master-tasks``."""
+    explained = REPO / "retromae_ir" / "cli.py"  # says that HfArgumentParser also registers the underscored form
+    files = [p for p in (REPO / "retromae_ir").rglob("*.py") if p != explained]
+    files += [*(REPO / "docs").glob("*.md"), REPO / "README.md"]
+    found = [f"{path.relative_to(REPO)}:{number}: {match}" for path in files
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             for match in UNDERSCORE_FLAG.findall(line)]
+    assert not found, found

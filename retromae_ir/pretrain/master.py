@@ -1,10 +1,10 @@
 """MASTER: one deep encoder, five shallow task decoders (MASTER section 4, loss Eq. 8).
 
-Every decoder is ``--master_decoder_layers`` (default 2) plain BERT layers with bidirectional self-attention.
+Every decoder is ``--master-decoder-layers`` (default 2) plain BERT layers with bidirectional self-attention.
 Its input is the encoder's [CLS] vector h followed by the embeddings (the encoder's embedding layer) of the
 decoder's own masked text; predictions go through the encoder's tied MLM head, so embeddings and head are
 shared with the encoder. Decoders are freshly initialised (``random``, default) or copies of the encoder's
-last layers (``copy``). The tasks (``--master_tasks``, any subset, for the paper's ablations):
+last layers (``copy``). The tasks (``--master-tasks``, any subset, for the paper's ablations):
 
 * MKP: the decoder recovers the passage with keyword-weighted whole-word masking (keywords.py).
 * CMP: a second encoder pass with its own whole-word mask S; the decoder masks exactly the ordinary tokens
@@ -288,11 +288,11 @@ class MASTER(PretrainModel):
         tasks = []
         for task in requested:
             if task in SIDE_KEYS and not any(task in entry for entry in self.side_texts.values()):
-                log.warning("MASTER task %s is off: no %s texts (--master_side_texts)", task.upper(), SIDE_KEYS[task])
+                log.warning("MASTER task %s is off: no %s texts (--master-side-texts)", task.upper(), SIDE_KEYS[task])
                 continue
             tasks.append(task)
         if not tasks:
-            raise MasterSetupError("no MASTER decoder task left to train (--master_tasks / --master_side_texts)")
+            raise MasterSetupError("no MASTER decoder task left to train (--master-tasks / --master-side-texts)")
         log.info("MASTER tasks: %s", ",".join(tasks))
         return tuple(tasks)
 
@@ -335,7 +335,7 @@ class MASTER(PretrainModel):
         log.info("NPR (%s): %d of %d segments have a neighbouring span", self.method_args.master_npr_pairs,
                  paired, len(examples))
         if paired == 0:
-            log.warning("NPR has no pair in this corpus; try --master_npr_pairs halves")
+            log.warning("NPR has no pair in this corpus; try --master-npr-pairs halves")
         return examples
 
     def make_collator(self) -> MasterCollator:
