@@ -177,6 +177,18 @@ def mine_(world, f, card, out):
                        "--mode", "dense", "--min-rank", "1", "--max-rank", "5", "--threads", "1"]
 
 
+def rerank_train(world, f, card, out, group="1"):
+    return rerank_main, ["train", "--model", str(world.model), "--train", str(f["train"]), "--corpus",
+                         str(f["corpus"]), "--output", str(out), "--group-size", group, "--batch-size", "2",
+                         "--max-steps", "1", "--max-length", "32", "--device", "cpu"]
+
+
+def distill(world, f, card, out):
+    return finetune_main, ["--stage", "distill", "--encoder", str(card), "--train", str(f["train"]), "--corpus",
+                           str(f["corpus"]), "--output", str(out), "--group-size", "1", "--batch-size", "2",
+                           "--max-steps", "1", "--device", "cpu"]
+
+
 def rerank_score(world, f, card, out):
     return rerank_main, ["score", "--model", str(world.cross_encoder), "--input", str(f["train"]), "--corpus",
                          str(f["corpus"]), "--output", str(out), "--device", "cpu", "--max-length", "32"]
@@ -203,7 +215,7 @@ def submit_(world, f, card, out):
 
 COMMANDS = {"encode corpus": encode_corpus, "encode queries": encode_queries, "search": search,
             "finetune": finetune, "pretrain": pretrain, "mine": mine_, "rerank score": rerank_score,
-            "beir_all": beir, "submit": submit_}
+            "beir_all": beir, "submit": submit_, "rerank train": rerank_train, "finetune distill": distill}
 OUTPUT_NAME = {"search": "run.trec", "mine": "mined.jsonl", "rerank score": "scored.jsonl"}  # else a folder "out"
 
 
@@ -408,6 +420,17 @@ def test_bad_qrels(world, tmp_path, capsys, case):
     expect(run_case(world, tmp_path, capsys, "mine", {"qrels": ("qrels.tsv", content)}), message)
 
 
+GROUP_CASES = {  # a group of one passage: a softmax of 1, loss 0, nothing trained (it used to exit 0)
+    "rerank train": r"the cross-encoder trains on groups .*--group-size must be >= 2, got 1",
+    "finetune distill": r"--stage distill needs --group-size >= 2, got 1",
+}
+
+
+@pytest.mark.parametrize("command", GROUP_CASES)
+def test_a_group_of_one_passage_is_refused_where_only_groups_train(world, tmp_path, capsys, command):
+    expect(run_case(world, tmp_path, capsys, command, {}), GROUP_CASES[command])
+
+
 # -- 8. pre-training -----------------------------------------------------------------------------------------------
 
 PRETRAIN_CASES = {  # extra arguments, corpus, message
@@ -416,6 +439,9 @@ PRETRAIN_CASES = {  # extra arguments, corpus, message
     "corpus too short to mask": ([], jsonl([{"_id": "a", "text": "cell"}, {"_id": "b", "text": "sun"}]),
                                  r"corpus\.jsonl.*too short"),
     "fewer segments than a batch": (["--batch-size", "8"], GOOD_CORPUS, r"corpus has 6 segments, fewer than one"),
+    # segments are keyed by (id, index): MASTER's neighbouring span would pair one document's with another's
+    "{text} JSONL with a repeated id": ([], jsonl([{"id": "a", "text": t} for t in TEXTS[:2]]),
+                                       r"corpus\.jsonl:2: duplicate id 'a'"),
 }
 
 

@@ -80,6 +80,9 @@ class ChainConfig:
             raise ValueError(f"chain settings: attention_dropout must be < 1 (negative: the checkpoint's), "
                              f"dense_loss_weight and sparse_loss_weight >= 0; got {self.attention_dropout}, "
                              f"{self.dense_loss_weight}, {self.sparse_loss_weight}")
+        if self.distill and self.group < 2:  # the cross-encoder and distillation learn from a query's group only
+            raise ValueError(f"chain settings: distill needs group >= 2 (a positive and mined negatives), got "
+                             f"{self.group}")
 
     def stage_epochs(self, stage: str) -> float:
         """Passes over the training queries of fine-tuning ``stage`` ("1", "2", "distill"); 0: ``steps`` steps."""

@@ -31,6 +31,10 @@ def parse(argv: list[str] | None = None):
 
 def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
         training: FinetuneTrainingArguments) -> Path:
+    if loss.distill and data.group_size < 2:
+        raise ValueError(f"--stage distill needs --group-size >= 2, got {data.group_size}: the teacher's soft labels "
+                         f"rank each query's group, and a group of one passage has nothing to rank (its softmax is 1: "
+                         f"loss 0, nothing trained)")
     overrides = {key: value for key, value in (("checkpoint", model_args.model), ("dims", model_args.dims))
                  if value is not None}
     card = load_card(model_args.encoder, **overrides)
@@ -43,7 +47,7 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
 
 def _train(card, model_args: ModelArguments, data: DataArguments, loss: LossArguments,
            training: FinetuneTrainingArguments, identity: dict) -> Path:
-    examples = load_examples(data, need_scores=loss.distill)
+    examples = load_examples(data, need_scores=loss.distill, in_batch=not loss.distill)
     model = BiEncoder(load_encoder(card, training.seed, model_args.attention_dropout), data, loss)
     if loss.distill and loss.calibrate_teacher:
         loss = dataclasses.replace(model.loss_args,

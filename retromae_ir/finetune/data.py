@@ -173,8 +173,9 @@ def _nonempty(examples: list[TrainExample], path) -> list[TrainExample]:
     return examples
 
 
-def load_examples(data, need_scores: bool = False) -> list[TrainExample]:
-    """The examples ``DataArguments`` point to, checked against the group size (and teacher scores)."""
+def load_examples(data, need_scores: bool = False, in_batch: bool = True) -> list[TrainExample]:
+    """The examples ``DataArguments`` point to, checked against the group size (and teacher scores). ``in_batch``:
+    the model also learns from in-batch negatives, so positives alone (``--group-size 1``) are a way to train."""
     corpus = load_passages(data.corpus) if data.corpus else None
     if data.train is None:
         examples = read_qrels_examples(data.queries, data.qrels, corpus, data.min_relevance)
@@ -187,8 +188,8 @@ def load_examples(data, need_scores: bool = False) -> list[TrainExample]:
         bare = sum(not e.negatives for e in examples)
         if bare:
             raise DataFormatError(f"{source}: {bare} of {len(examples)} queries have no negatives but --group-size "
-                                  f"is {data.group_size}: mine negatives (python -m retromae_ir.mine) or use "
-                                  "--group-size 1")
+                                  f"is {data.group_size}: mine negatives (python -m retromae_ir.mine)"
+                                  + (" or use --group-size 1 (in-batch negatives only)" if in_batch else ""))
     if need_scores:
         unscored = sum(not e.scored for e in examples)
         if unscored:

@@ -23,7 +23,7 @@ from retromae_ir.pretrain.collate import Segment
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: a {"text"} JSONL with a repeated id is refused (its cached segments were mixed)
 TOKENIZE_CHUNK = 512
 
 
@@ -61,11 +61,19 @@ def _maybe_json(line: str) -> dict | None:
 
 
 def _iter_text_jsonl(path: Path) -> Iterator[tuple[str, str]]:
+    """``(id, text)`` of each line (the line number when it has no id). A repeated id is refused: segments are
+    keyed by (id, index), so MASTER's neighbouring span and the contrastive positives would pair one document's
+    segment with another's (the BEIR reader refuses them likewise)."""
+    seen = set()
     for number, line in iter_lines(path):
         record = _maybe_json(line)
         if record is None or not isinstance(record.get("text"), str):
             raise DataFormatError(f"{path}:{number}: expected a JSON object with a string 'text' field")
-        yield str(record.get("id", record.get("_id", number))), record["text"]
+        docid = str(record.get("id", record.get("_id", number)))
+        if docid in seen:
+            raise DataFormatError(f"{path}:{number}: duplicate id {docid!r} (one document a line, each its own id)")
+        seen.add(docid)
+        yield docid, record["text"]
 
 
 class SegmentTable(Sequence[Segment]):

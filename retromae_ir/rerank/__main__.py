@@ -25,6 +25,10 @@ def train(argv: list[str]):
 
     model_args, data, training = dataclass_parser([CrossEncoderArguments, DataArguments, FinetuneTrainingArguments],
                                                   f"{PROG} train").parse_args_into_dataclasses(argv)
+    if data.group_size < 2:
+        raise ValueError(f"the cross-encoder trains on groups of a positive and mined negatives (it has no in-batch "
+                         f"negatives): --group-size must be >= 2, got {data.group_size} (a group of one passage has "
+                         f"a softmax of 1: loss 0, nothing trained)")
     if model_args.max_length is None:  # the run is keyed by the length it trains at, however it was given
         model_args = dataclasses.replace(model_args, max_length=trained_max_length(model_args.model or default_model()))
     # the start's weights, not only its path: a --model folder trained again in place is another start
@@ -40,7 +44,7 @@ def _train(model_args, data, training, identity: dict):
     from retromae_ir.finetune.trainer import FinetuneTrainer
     from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
 
-    examples = load_examples(data)
+    examples = load_examples(data, in_batch=False)
     model = CrossEncoder.load(model_args, data.group_size, training.seed)
 
     def reload(checkpoint):

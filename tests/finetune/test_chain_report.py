@@ -30,6 +30,9 @@ def test_set_converts_each_field_to_its_type():
     for assignment in ("distill", "distill=", "distill=y", "distill=enabled"):  # never a silent False
         with pytest.raises(ValueError, match=rf"--set {assignment}: a yes/no setting takes one of 1, true"):
             ChainConfig().replace([assignment])
+    assert ChainConfig().replace(["group=1"]).group == 1  # stage 2 alone: in-batch negatives still train it
+    with pytest.raises(ValueError, match="distill needs group >= 2"):  # the cross-encoder and distillation do not
+        ChainConfig().replace(["group=1", "distill=true"])
 
 
 def test_packaged_chains_override_the_defaults_they_name():

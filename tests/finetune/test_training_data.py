@@ -109,8 +109,10 @@ def test_load_examples_checks_negatives_and_teacher_scores(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     write_lines(corpus, [json.dumps({"_id": k, "title": "", "text": v}) for k, v in CORPUS.items()])
     train = write_lines(tmp_path / "train.jsonl", [json.dumps({"query": "q", "positives": ["d1"]})])
-    with pytest.raises(DataFormatError, match="no negatives but --group-size is 4"):
+    with pytest.raises(DataFormatError, match=r"no negatives but --group-size is 4: .* or use --group-size 1"):
         load_examples(DataArguments(train=str(train), corpus=str(corpus), group_size=4))
+    with pytest.raises(DataFormatError, match=r"retromae_ir\.mine\)$"):  # no group of one for a model without
+        load_examples(DataArguments(train=str(train), corpus=str(corpus), group_size=4), in_batch=False)  # in-batch
     assert len(load_examples(DataArguments(train=str(train), corpus=str(corpus), group_size=1))) == 1
     with pytest.raises(DataFormatError, match="lack teacher scores"):
         load_examples(DataArguments(train=str(train), corpus=str(corpus), group_size=1), need_scores=True)
