@@ -19,7 +19,8 @@ from retromae_ir.chain.config import ChainConfig
 # --pretrained's weight and tokenizer files by digest as well as by path, since a folder trained again in place keeps
 # its path, and bf16, which the baselines are encoded under too) that shape it. Fields not
 # listed choose which stages run (pretrain, distill, ablation, evaluate_pretrained) or how a step fits in memory
-# (chunk_passages: gradient caching, same loss and gradients), not what a finished stage computed. Stage 1 records
+# (chunk_passages: gradient caching; the same loss and gradients without dropout, other draws of the same dropout
+# masks with it), not what a finished stage computed. Stage 1 records
 # the epochs and learning rate it ran with (``stage1_epochs``, ``stage1_lr``), so a stage-2 ``epochs`` or ``lr``
 # reuses a finished stage 1
 PIPELINE: list[tuple[str, tuple[str, ...]]] = [

@@ -51,7 +51,9 @@ CHECKPOINTS = "checkpoints"
 KEEP_CHECKPOINTS = 2
 IDENTITY_FILE = "run.json"
 # fields that say where to write, how often to log or save, or on what device: a resumed run may change them (the
-# run length, max_steps / epochs, may change too, see LinearPlan; gradient caching is exact, so its chunk may)
+# run length, max_steps / epochs, may change too, see LinearPlan; gradient caching's chunk may: without dropout
+# its gradients equal the whole batch's, with dropout another chunk size draws the masks in another order, the same
+# distribution, so a run resumed with another chunk is trained correctly but not bit for bit as an uninterrupted one)
 UNKEYED = frozenset({"output", "resume", "overwrite", "save_steps", "logging_steps", "device", "max_steps", "epochs",
                      "tokenized_cache", "grad_cache_chunk", "nondeterministic"})  # the last: rounding only
 # fields naming input files: keyed by the files' contents, so a moved file still resumes and an edited one does not
