@@ -106,10 +106,10 @@ def run(args: argparse.Namespace) -> int:
         log.setFormatter(logging.Formatter(FORMAT))
         logging.getLogger().addHandler(log)
         try:
-            nq.build_index(model, args.corpus, index_dir, None, args.shard_count, args.chunk_size, args.batch_size,
-                           args.threads)
+            checked = nq.build_index(model, args.corpus, index_dir, None, args.shard_count, args.chunk_size,
+                                     args.batch_size, args.threads)
             results = nq.evaluate_modes(model, index_dir, args.corpus, questions, modes, output, args.top_k,
-                                        args.hits, args.batch_size, args.threads)
+                                        args.hits, args.batch_size, args.threads, checked)
             frame = nq.results_frame(results, card.name)
             write_table(frame, output / "nq-results", f"NQ test, top-k retrieval accuracy: {card.name}",
                         [f"{len(questions)} questions from {args.qas}; passages from {args.corpus}",

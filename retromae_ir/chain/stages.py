@@ -142,7 +142,7 @@ class Chain:
                 self.discard(name, done, folder)
             elif folder and self.started.get(name, {}).get("made_from", made_from) != made_from:
                 log.info("%s: its checkpoints were trained from other inputs; started afresh", name)
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_tree(folder)
             if folder:  # a stage folder: a training stage resumes from its checkpoints there
                 self.started[name] = {"settings": stage_settings(self.config, name, self.inputs, started=True),
                                       "folder": str(folder.relative_to(self.output)),  # an output copied elsewhere
@@ -160,7 +160,7 @@ class Chain:
         self.results.pop(name)
         self.save_results()
         if folder:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
         else:
             done.unlink(missing_ok=True)
 
@@ -441,6 +441,13 @@ class Chain:
         soft = self.soft_labels(teacher, mined)
         stage3 = self.finetune("3-distill", "distill", stage2, soft, self.config.group)
         self.evaluate("3-distill", self.card_retrievers(stage3))
+
+
+def remove_tree(folder: Path) -> None:
+    """Remove a stage folder about to be made again, or fail: a removal that half failed (a file held open on a
+    network file system, say) would leave checkpoints of the old inputs for the new run to resume."""
+    if folder.exists():
+        shutil.rmtree(folder)
 
 
 def run_in_lockstep(chains: list[Chain]) -> None:

@@ -239,15 +239,17 @@ def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]
 
 
 def build_index(model, corpus: Path, index_dir: Path, shard_id: int | None = None, shard_count: int = 1,
-                chunk_size: int = 4096, batch_size: int = 64, threads: int = 1) -> Path | None:
+                chunk_size: int = 4096, batch_size: int = 64, threads: int = 1) -> str | None:
     """Encode DPR's passages into ``index_dir`` (faiss flat, plus the sparse side for a DupMAE card).
 
     ``shard_id`` given (with ``shard_count`` > 1): encode that shard's contiguous slice of the passages into
     ``index_dir/.work/<sources>-of-<n>/shard-<i>/`` (resumable chunks, the shard folder locked) and return None;
     shards run side by side, on other GPUs or machines sharing the folder. Otherwise (the index folder locked): reuse
     an index of these passages, this card, weights, precision and encoding code; else encode (one shard) or join the ``shard_count``
-    finished shards (an unfinished one is an error naming it), then build the indexes and the manifest."""
+    finished shards (an unfinished one is an error naming it), then build the indexes and the manifest. Returns the
+    manifest's text as checked under the lock (None for a shard): :func:`evaluate_modes` holds what it opens to it."""
     from retromae_ir.encode.corpus import corpus_digest, encode_shard, find_work, merge, precision
+    from retromae_ir.encode.manifest import MANIFEST
     from retromae_ir.io import claim_output
 
     docids, texts = read_dpr_corpus(corpus)
@@ -259,7 +261,7 @@ def build_index(model, corpus: Path, index_dir: Path, shard_id: int | None = Non
     with claim_output(index_dir):
         if index_is_current(index_dir, model, docids, texts):
             logger.info("reusing the index %s", index_dir)
-            return index_dir
+            return (index_dir / MANIFEST).read_text()
         if shard_count == 1:
             work = encode_shard(model, docids, texts, index_dir, 0, 1, chunk_size, batch_size).parent
         else:
@@ -268,15 +270,21 @@ def build_index(model, corpus: Path, index_dir: Path, shard_id: int | None = Non
         del texts
         merge(index_dir, model.card, model.vocab, shard_count, threads, work=work,
               extra={"corpus": str(corpus), "bf16": model.bf16})
-    return index_dir
+        return (index_dir / MANIFEST).read_text()
 
 
 def search(model, index_dir: Path, mode: str, questions: list[Question], hits: int = 100, batch_size: int = 64,
-           threads: int = 1) -> Run:
-    """``{qid: {docid: score}}``: the top ``hits`` passages of each question, by the exact searcher in ``mode``."""
+           threads: int = 1, checked: str | None = None) -> Run:
+    """``{qid: {docid: score}}``: the top ``hits`` passages of each question, by the exact searcher in ``mode``.
+    ``checked``: the manifest text :func:`build_index` checked under the lock; the opened index must still be it
+    (another run of another corpus may have rebuilt the folder since, while earlier modes were searched)."""
+    from retromae_ir.encode.manifest import MANIFEST
+    from retromae_ir.io import check_unchanged
     from retromae_ir.search.exact_hybrid import ExactHybridSearcher
 
     searcher = ExactHybridSearcher(index_dir, model, mode, candidates=max(1000, hits), threads=threads)
+    if checked is not None:
+        check_unchanged(index_dir / MANIFEST, checked)
     return searcher.batch_search([q.question for q in questions], [q.qid for q in questions], k=hits,
                                  batch_size=batch_size)
 
@@ -293,9 +301,10 @@ class ModeResult:
 
 def evaluate_modes(model, index_dir: Path, corpus: Path, questions: list[Question], modes: list[str],
                    out_dir: Path, ks: Iterable[int] = TOP_K, hits: int | None = None, batch_size: int = 64,
-                   threads: int = 1) -> list[ModeResult]:
+                   threads: int = 1, checked: str | None = None) -> list[ModeResult]:
     """Search each mode, write ``out_dir/<mode>.trec`` and ``out_dir/<mode>.dpr.json`` and score the latter with
-    Pyserini's evaluator. A mode that finds nothing for any question is an error (nothing is written for it)."""
+    Pyserini's evaluator. A mode that finds nothing for any question is an error (nothing is written for it).
+    ``checked``: :func:`build_index`'s manifest text, which each mode's opened index must still match."""
     from retromae_ir.runs import write_trec_run
 
     ks = sorted(set(ks))
@@ -304,7 +313,7 @@ def evaluate_modes(model, index_dir: Path, corpus: Path, questions: list[Questio
         raise ValueError(f"--hits {hits} is below the largest k ({max(ks)}): top-{max(ks)} accuracy needs them")
     runs = {}
     for mode in modes:
-        run = search(model, index_dir, mode, questions, hits, batch_size, threads)
+        run = search(model, index_dir, mode, questions, hits, batch_size, threads, checked)
         if not any(run.values()):
             raise EvaluationError(f"{mode} search of {index_dir} found no passage for any of the "
                                   f"{len(questions)} questions")

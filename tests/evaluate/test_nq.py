@@ -294,3 +294,24 @@ def test_user_errors_are_one_line_and_exit_2(data, tmp_path, tiny_bert_dir, caps
     error = error_lines(capsys.readouterr().err)
     assert len(error) == 1 and expected in error[0], error
     assert not (tmp_path / "out").exists()  # nothing that looks like a result
+
+
+def test_an_index_rebuilt_by_another_run_between_check_and_search_is_refused(data, tmp_path, tiny_bert_dir):
+    """Two runs share the default ``--index-dir`` with other corpora: the second rebuilds the folder after the first
+    checked it under the lock. The first's search refuses the swapped index (it searched it, exit 0, and scored its
+    questions against the other corpus's passages)."""
+    from retromae_ir.encode import EncoderModel
+
+    corpus, qas = data
+    other = tmp_path / "other.tsv"
+    rows = corpus.read_text(encoding="utf-8").splitlines()
+    other.write_text("\n".join([rows[0], *reversed(rows[1:])]) + "\n", encoding="utf-8")  # same ids, other texts
+    model = EncoderModel.from_card(str(card_file(tmp_path, tiny_bert_dir, "cls-dense")), device="cpu", bf16=False)
+    index = tmp_path / "index"
+    checked = nq.build_index(model, corpus, index)
+    questions = nq.load_dpr_questions(qas)
+    nq.search(model, index, "dense", questions, hits=3, checked=checked)  # the index it checked: searched
+    nq.build_index(model, other, index)  # another run's corpus, into the same folder
+    with pytest.raises(RuntimeError, match="was replaced by another process while this one opened it"):
+        nq.evaluate_modes(model, index, corpus, questions, ["dense"], tmp_path / "out", ks=[1], hits=1,
+                          checked=checked)
