@@ -29,8 +29,9 @@ class ChainConfig:
     # and no attention dropout: chosen on the dev split among four stage-1 variants (docs/finetuning.md)
     epochs_stage1: float = 1.5
     batch: int = 32
-    # passages a training step encodes at once; a larger batch x group goes through gradient caching (same loss,
-    # same gradients, less memory): 32 queries x 8 passages at 256 tokens needed more than this CPU's 24 GB
+    # passages a training step encodes at once; a larger batch x group goes through gradient caching (less memory;
+    # the same gradients without dropout, other draws of the same dropout masks with it): 32 queries x 8 passages
+    # at 256 tokens needed more than this CPU's 24 GB
     chunk_passages: int = 64
     group_stage1: int = 1  # 1: Eq. 13, in-batch negatives only; more adds BM25 negatives
     group: int = 8  # passages per query in stage 2, the cross-encoder and distillation (1 positive + negatives)

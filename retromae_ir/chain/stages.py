@@ -156,13 +156,14 @@ class Chain:
         return done
 
     def discard(self, name: str, done: Path, folder: Path | None) -> None:
-        """Drop a finished stage's record (metrics included) and its output: its stage ``folder``, or its file."""
-        self.results.pop(name)
-        self.save_results()
+        """Drop a finished stage's output (its stage ``folder``, or its file), then its record (metrics included):
+        a removal that fails leaves the record, so the next run makes the stage again instead of resuming."""
         if folder:
             remove_tree(folder)
         else:
             done.unlink(missing_ok=True)
+        self.results.pop(name)
+        self.save_results()
 
     def stale(self, name: str, done: Path, inputs: dict) -> str | None:
         """Why the stage must be made (again), or None when its recorded output stands."""

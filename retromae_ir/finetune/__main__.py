@@ -33,8 +33,8 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
         training: FinetuneTrainingArguments) -> Path:
     if loss.distill and data.group_size < 2:
         raise ValueError(f"--stage distill needs --group-size >= 2, got {data.group_size}: the teacher's soft labels "
-                         f"rank each query's group, and a group of one passage has nothing to rank (its softmax is 1: "
-                         f"loss 0, nothing trained)")
+                         f"rank each query's group, and a group of one passage has nothing to rank (its softmax is 1, "
+                         f"the distillation term 0: the teacher teaches nothing; in-batch training is --stage 2)")
     overrides = {key: value for key, value in (("checkpoint", model_args.model), ("dims", model_args.dims))
                  if value is not None}
     card = load_card(model_args.encoder, **overrides)

@@ -1,4 +1,5 @@
-"""Gradient caching: a large batch of contrastive pairs on little memory, with the same gradient as the full batch.
+"""Gradient caching: a large batch of contrastive pairs on little memory, with the full batch's gradient (without
+dropout; with it, the masks are drawn chunk by chunk: other draws of the same distribution).
 
 Accumulating micro-batches would give each one its own (smaller) pool of in-batch negatives. Instead
 (Gao et al.'s gradient cache): (1) encode the batch chunk by chunk without a graph, (2) compute the loss on

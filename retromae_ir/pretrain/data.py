@@ -71,7 +71,8 @@ def _iter_text_jsonl(path: Path) -> Iterator[tuple[str, str]]:
             raise DataFormatError(f"{path}:{number}: expected a JSON object with a string 'text' field")
         docid = str(record.get("id", record.get("_id", number)))
         if docid in seen:
-            raise DataFormatError(f"{path}:{number}: duplicate id {docid!r} (one document a line, each its own id)")
+            raise DataFormatError(f"{path}:{number}: duplicate id {docid!r} (one document a line, each its own id; "
+                                  f"a line without one is keyed by its line number)")
         seen.add(docid)
         yield docid, record["text"]
 
