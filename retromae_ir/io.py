@@ -133,8 +133,8 @@ def check_unchanged(manifest: str | os.PathLike, checked: str) -> None:
     one checked. (Once opened, files stay readable whatever replaces the folder later.)"""
     manifest = Path(manifest)
     if not manifest.is_file() or manifest.read_text() != checked:
-        raise RuntimeError(f"{manifest.parent} was replaced by another process while this one opened it; run again "
-                           f"(and give concurrent runs their own index folders)")
+        raise OutputReplacedError(f"{manifest.parent} was replaced by another process while this one opened it; run "
+                                  f"again (and give concurrent runs their own index folders)")
 
 
 def as_stored(key: dict) -> dict:
@@ -187,6 +187,10 @@ def _umask() -> int:
 
 class OutputLockedError(RuntimeError):
     """Another process is writing the same output."""
+
+
+class OutputReplacedError(RuntimeError):
+    """Another process replaced a folder between its check under the lock and its opening (``check_unchanged``)."""
 
 
 def lock_path(output: str | os.PathLike) -> Path:
@@ -246,8 +250,9 @@ def cache_dir(part: str) -> Path:
 
 # What a user can fix, as opposed to a bug: bad arguments or input (``ValueError``: DataFormatError, CardError,
 # IndexMismatchError, TrainerError ...), a file that is missing, unreadable or unwritable, another writer.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OutputLockedError, FileNotFoundError, PermissionError,
-                                                IsADirectoryError, NotADirectoryError, FileExistsError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OutputLockedError, OutputReplacedError, FileNotFoundError,
+                                                PermissionError, IsADirectoryError, NotADirectoryError,
+                                                FileExistsError)
 EXIT_USER_ERROR = 2
 DEBUG_ENV = "RETROMAE_IR_DEBUG"
 _debug: contextvars.ContextVar[bool | None] = contextvars.ContextVar("retromae_ir_debug", default=None)

@@ -70,3 +70,25 @@ def test_a_settled_file_is_hashed_once_and_again_after_any_write(tmp_path, monke
     path.write_text("omega\n")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert io.file_digest(path) == hashlib.sha256(b"omega\n").hexdigest()
+
+
+def test_a_folder_replaced_after_its_check_is_a_one_line_error_exit_2(tmp_path, capsys):
+    """``check_unchanged``'s refusal is something the user fixes (run again, one index folder per run): the
+    command convention's one ``error:`` line and exit 2, not a traceback."""
+    from retromae_ir.cli import command
+    from retromae_ir.io import check_unchanged
+
+    manifest = tmp_path / "index" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text("the checked one")
+
+    @command
+    def main(argv=None):
+        manifest.write_text("another process's")
+        check_unchanged(manifest, "the checked one")
+
+    with pytest.raises(SystemExit) as exited:
+        main([])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "was replaced by another process" in err[0]
