@@ -1,7 +1,7 @@
 """One encoder alone in its process, as ``python -m retromae_ir.encode`` runs it, on consecutive slices of scifact
 documents it has not encoded before (batch shapes as new to oneDNN as in a real corpus), then on the first slice
-again (every shape seen). Per slice: docs/s, GFLOP/s and its fraction of the fp32 matmul ceiling measured in the
-same run, CPU seconds in user and kernel mode, and minor page faults.
+again (every shape seen). Per slice: docs/s, GFLOP/s and its fraction of the fp32 (``--bf16``: bf16) matmul ceiling
+measured in the same run, CPU seconds in user and kernel mode, and minor page faults.
 
 ``encode_search.py`` runs every system interleaved in one process, where the others' allocations have already
 grown the heap; here an encoder pays its own page faults, as it does in the CLI.
@@ -40,6 +40,8 @@ def main(argv=None) -> int:
     add_compile_argument(parser)  # EncoderModel.compile_backbone
     parser.add_argument("--full-last-layer", action="store_true",
                         help="keep every row of a [CLS]-pooled dense card's last layer (as before first_token.py)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 autocast (the fraction is then of the bf16 ceiling, measured in the same run)")
     parser.add_argument("--batch-tokens", type=batch_tokens, default="auto",
                         help="tokens per forward pass: a number, 'none' (no cap) or 'auto' (the default: "
                              "retromae_ir.encode.batching's cap from the last-level cache)")
@@ -51,13 +53,14 @@ def main(argv=None) -> int:
     from retromae_ir.encode import MODEL_CLASSES, EncoderModel, load_card
 
     logging.disable(logging.WARNING)  # the packaged MiniLM's missing-MLM-head report
-    ceiling = matmul_ceiling(args.threads, dtypes=("fp32",))["fp32"]
+    precision = "bf16" if args.bf16 else "fp32"
+    ceiling = matmul_ceiling(args.threads, dtypes=(precision,))[precision]
     torch.set_num_threads(args.threads)
     texts = [f"{row['title']} {row['text']}" for row in map(json.loads, args.corpus.open())]
     model_class = MODEL_CLASSES[load_card(args.encoder).kind]
     with (mock.patch.object(model_class, "_trim_for_inference", lambda self: None) if args.full_last_layer
           else contextlib.nullcontext()):
-        model = EncoderModel.from_card(args.encoder, device="cpu", bf16=False)
+        model = EncoderModel.from_card(args.encoder, device="cpu", bf16=args.bf16)
     model.batch_tokens = args.batch_tokens
     if args.compile:
         model.compile_backbone(args.compile)
@@ -80,7 +83,7 @@ def main(argv=None) -> int:
     compiled += " --full-last-layer" if args.full_last_layer else ""
     compiled += f" --batch-tokens {args.batch_tokens or 'none'}" if args.batch_tokens != "auto" else ""
     print(f"tokens per forward pass: {model.max_batch_tokens}")
-    print(f"\n{args.encoder}{compiled}, fp32, {args.threads} threads; fp32 ceiling "
+    print(f"\n{args.encoder}{compiled}, {precision}, {args.threads} threads; {precision} ceiling "
           f"{ceiling:.1f} GFLOP/s")
     print("| documents | shapes | docs/s | of the ceiling | user s | system s | minor page faults |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
