@@ -12,9 +12,8 @@ Shard ``i`` of ``n`` encodes a contiguous slice of the corpus into DIR/.work/<so
 written atomically; a rerun skips finished chunks, so an interrupted job resumes where it stopped. <sources> is a digest
 of everything the vectors depend on (card fingerprint, weight and tokenizer files, the encoding code's version, passage
 length, precision, and every document's id and text), so chunks of a changed corpus, retrained weights or other encoding
-code are never resumed onto. Shards can run as
-separate processes or GPUs (``torchrun`` sets RANK/WORLD_SIZE), each locking its own folder; ``merge`` joins them under
-the output's lock.
+code are never resumed onto. Shards can run as separate processes or GPUs (``torchrun`` sets RANK/WORLD_SIZE), each
+locking its own folder; ``merge`` joins them under the output's lock.
 """
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ import scipy.sparse
 from tqdm import tqdm
 
 from retromae_ir.encode.cards import EncoderCard
-from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, checksums, write_manifest
+from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, checksums, encoding_version, write_manifest
 from retromae_ir.encode.representation import ENCODING_VERSION, impact_dicts
 from retromae_ir.io import atomic_dir, atomic_write, claim_output, pairs_digest
 from retromae_ir.process import run_child
@@ -164,7 +163,7 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
 def _encoded_by(source: dict, card: EncoderCard) -> bool:
     """Whether chunks of these sources are ``card``'s vectors with its current weights, by this encoding code."""
     return (source.get("fingerprint") == card.fingerprint() and source.get("weights") == card.checkpoint_digests()
-            and source.get("encoding", 0) == ENCODING_VERSION)
+            and encoding_version(source) == ENCODING_VERSION)
 
 
 def _read_source(root: Path) -> dict | None:

@@ -245,9 +245,10 @@ def build_index(model, corpus: Path, index_dir: Path, shard_id: int | None = Non
     ``shard_id`` given (with ``shard_count`` > 1): encode that shard's contiguous slice of the passages into
     ``index_dir/.work/<sources>-of-<n>/shard-<i>/`` (resumable chunks, the shard folder locked) and return None;
     shards run side by side, on other GPUs or machines sharing the folder. Otherwise (the index folder locked): reuse
-    an index of these passages, this card, weights, precision and encoding code; else encode (one shard) or join the ``shard_count``
-    finished shards (an unfinished one is an error naming it), then build the indexes and the manifest. Returns the
-    manifest's text as checked under the lock (None for a shard): :func:`evaluate_modes` holds what it opens to it."""
+    an index of these passages, this card, weights, precision and encoding code; else encode (one shard) or join the
+    ``shard_count`` finished shards (an unfinished one is an error naming it), then build the indexes and the
+    manifest. Returns the manifest's text as checked under the lock (None for a shard): :func:`evaluate_modes` holds
+    what it opens to it."""
     from retromae_ir.encode.corpus import corpus_digest, encode_shard, find_work, merge, precision
     from retromae_ir.encode.manifest import MANIFEST
     from retromae_ir.io import claim_output
