@@ -71,6 +71,20 @@ def same_encoding(manifest: dict, where: str | os.PathLike) -> bool:
     return False
 
 
+def reusable_manifest(index_dir: Path, model) -> dict | None:
+    """``index_dir``'s manifest when ``model`` could have written it: its card's fingerprint, its precision and this
+    encoding code (None otherwise, or when there is none). What else must match (weights, corpus) is the caller's."""
+    from retromae_ir.encode.corpus import precision
+
+    manifest = Path(index_dir) / MANIFEST
+    if not manifest.is_file():
+        return None
+    data = json.loads(manifest.read_text())
+    if data.get("fingerprint") != model.card.fingerprint() or data.get("precision") != precision(model):
+        return None
+    return data if same_encoding(data, index_dir) else None
+
+
 def check_encoding(manifest: dict, where: str | os.PathLike) -> None:
     """Refuse vectors that another version of the encoding code made than this one (its queries would not be
     encoded as ``where``'s documents were)."""

@@ -226,15 +226,11 @@ SEARCH_MODES = {"dense", "sparse", "hybrid"}
 def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]) -> bool:
     """Built from these passages (ids and texts) by this card, weights, precision and encoding code: reused, never
     re-encoded."""
-    from retromae_ir.encode.corpus import corpus_digest, precision
-    from retromae_ir.encode.manifest import MANIFEST, same_encoding
+    from retromae_ir.encode.corpus import corpus_digest
+    from retromae_ir.encode.manifest import reusable_manifest
 
-    manifest = index_dir / MANIFEST
-    if not manifest.is_file():
-        return False
-    data = json.loads(manifest.read_text())
-    return (data.get("fingerprint") == model.card.fingerprint() and data.get("precision") == precision(model)
-            and same_encoding(data, index_dir) and data.get("weights") == model.card.checkpoint_digests()
+    data = reusable_manifest(index_dir, model)
+    return (data is not None and data.get("weights") == model.card.checkpoint_digests()
             and data.get("corpus_digest") == corpus_digest(docids, texts))
 
 

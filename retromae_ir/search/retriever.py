@@ -2,13 +2,12 @@
 are unchanged), then search it with the exact hybrid searcher in dense, sparse or hybrid mode."""
 from __future__ import annotations
 
-import json
 import logging
 from functools import cached_property
 from pathlib import Path
 
 from retromae_ir.encode.cards import load_card
-from retromae_ir.encode.manifest import MANIFEST, same_encoding
+from retromae_ir.encode.manifest import MANIFEST, reusable_manifest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.io import check_unchanged, claim_output, file_digest
 
@@ -66,17 +65,12 @@ class EncoderRetriever:
         """Built by this card, weights, precision and encoding code from these corpus bytes (not merely a corpus of
         this name), with a Lucene impact index when this retriever builds one (an index made without it is not
         reused then)."""
-        from retromae_ir.encode.corpus import precision
-
-        manifest = index_dir / MANIFEST
-        if not manifest.is_file():
+        data = reusable_manifest(index_dir, self.model)
+        if data is None:
             return False
-        data = json.loads(manifest.read_text())
         has_lucene = data.get("lucene", True) or not self.card.sparse
         recorded = {key: value for key, value in data.items() if key.endswith("_sha256")}
-        return (data.get("fingerprint") == self.card.fingerprint() and data.get("precision") == precision(self.model)
-                and (has_lucene or not self.lucene) and recorded == digests  # a weight file gone is a change too
-                and same_encoding(data, index_dir))
+        return (has_lucene or not self.lucene) and recorded == digests  # a weight file gone is a change too
 
     def build_index(self, corpus: Path, index_name: str) -> Path:
         """Encode ``corpus`` into faiss + Lucene impact indexes, unless an index of it with this card exists.
