@@ -115,6 +115,43 @@ def load_side_texts(path: str | Path, sep_token: str) -> dict[str, dict[str, str
     return texts
 
 
+def check_side_texts(path: str | Path, corpus: str | Path) -> None:
+    """Refuse side texts generated from other passages than ``corpus`` holds under their ids (the corpus edited
+    since, or another corpus whose ids coincide, as line numbers do): DOR and GOR would teach a passage to rebuild
+    another one's queries and continuation. Each generate.py record names its passage by ``text_sha256``; records of
+    ids the corpus lacks are never looked up; a record without a digest cannot be checked (a warning counts them)."""
+    from retromae_ir.pretrain.data import iter_documents
+    from retromae_ir.pretrain.generate import text_digest
+
+    if not Path(path).is_file():
+        raise MasterSetupError(f"side-text file not found: {path}")
+    recorded = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue  # load_side_texts names the malformed line
+            if isinstance(record, dict) and "id" in record:
+                recorded[str(record["id"])] = record.get("text_sha256")
+    stale, unchecked = [], 0
+    for docid, text in iter_documents(corpus):
+        if docid in recorded:
+            if recorded[docid] is None:
+                unchecked += 1
+            elif recorded[docid] != text_digest(text):
+                stale.append(docid)
+    if stale:
+        raise MasterSetupError(
+            f"{path}: {len(stale)} side-text record(s) were generated from other text than {corpus} holds under "
+            f"their id (first: {stale[0]!r}); DOR/GOR would train on another passage's queries. Generate them again "
+            f"(python -m retromae_ir.pretrain.generate --corpus {corpus} --output {path} with the options that made "
+            f"it: unchanged records are kept)")
+    if unchecked:
+        log.warning("%s: %d side-text record(s) carry no text_sha256 (not written by retromae_ir.pretrain.generate): "
+                    "not checked against %s", path, unchecked, corpus)
+
+
 def _side_entry(line: str, sep_token: str) -> tuple[str, dict[str, str] | None]:
     """One side-text record as (docid, {task: text}), or (_, None) when it is malformed."""
     try:
@@ -261,10 +298,13 @@ class MASTER(PretrainModel):
     @classmethod
     def prepare_arguments(cls, method_args: MasterArguments | None, corpus: str | Path,
                           model_name: str) -> MasterArguments:
-        """With MKP or NPR on and no ``master_corpus_stats``: the statistics of ``corpus`` under the model's
-        tokenizer, reused when counted before, else counted now (``corpus_stats.ensure_corpus_stats``)."""
+        """Side texts checked against ``corpus`` (:func:`check_side_texts`). With MKP or NPR on and no
+        ``master_corpus_stats``: the statistics of ``corpus`` under the model's tokenizer, reused when counted
+        before, else counted now (``corpus_stats.ensure_corpus_stats``)."""
         args = method_args if method_args is not None else cls.Arguments()
         check_arguments(args)
+        if args.master_side_texts is not None:
+            check_side_texts(args.master_side_texts, corpus)
         if not {"mkp", "npr"} & set(parse_tasks(args.master_tasks)):
             return args
         from transformers import AutoTokenizer

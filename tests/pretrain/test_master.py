@@ -245,3 +245,26 @@ def test_master_resumes_exactly(tmp_path, tiny_bert_dir, stats_file, side_file, 
     a, b = straight.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert (tmp_path / "a/loss.csv").read_text() == (tmp_path / "b/loss.csv").read_text()
+
+
+def test_side_texts_of_other_passages_are_refused(tmp_path, caplog):
+    """generate.py's records name their passage by digest: a corpus edited since (or another corpus whose ids
+    coincide) must not pair a passage with another one's queries."""
+    from retromae_ir.pretrain.generate import text_digest
+
+    texts = {"a": "white matter of the newborn brain", "b": "cortical growth in infants"}
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in texts.items()))
+    side = tmp_path / "side.jsonl"
+    rows = [{"id": k, "text_sha256": text_digest(v), "queries": [f"about {k}"], "continuation": ""}
+            for k, v in texts.items()] + [{"id": "z", "text_sha256": "0" * 16, "queries": ["not in the corpus"]}]
+    side.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = MasterArguments(master_tasks="dor", master_side_texts=str(side))
+    assert MASTER.prepare_arguments(args, corpus, "unused") == args  # matching digests; id z is never looked up
+    corpus.write_text(corpus.read_text().replace("cortical growth", "jazz history"))
+    with pytest.raises(MasterSetupError, match=r"side.jsonl: 1 side-text record\(s\) .* \(first: 'b'\)"):
+        MASTER.prepare_arguments(args, corpus, "unused")
+    side.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "text_sha256"}) + "\n" for r in rows))
+    with caplog.at_level("WARNING", logger="retromae_ir.pretrain.master"):
+        MASTER.prepare_arguments(args, corpus, "unused")
+    assert "2 side-text record(s) carry no text_sha256" in caplog.text
