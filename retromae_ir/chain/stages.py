@@ -113,7 +113,7 @@ class Chain:
         from retromae_ir.data.splits import carve_dev_split
 
         train_qrels, self.dev_qrels = carve_dev_split(folder / "qrels" / "train.tsv", config.dev_queries,
-                                                      output / "splits")
+                                                      output / "splits", queries=folder / "queries.jsonl")
         self.train_files = (folder / "queries.jsonl", train_qrels)
         self.train = ["--queries", str(self.train_files[0]), "--qrels", str(self.train_files[1])]
         self.log_file = output / "commands.log"

@@ -1,4 +1,6 @@
 """The dev split: disjoint from training, seeded, rewritten when its source or settings change."""
+import json
+
 import pytest
 
 from retromae_ir.data.readers import load_qrels
@@ -60,3 +62,20 @@ def test_a_rewrite_interrupted_between_its_files_is_not_taken_as_the_old_split(q
     monkeypatch.undo()
     train, dev = carve_dev_split(qrels, 3, tmp_path / "s", seed=0)
     assert (train.read_text(), dev.read_text()) == (first_train, first_dev)
+
+
+def test_a_training_query_with_a_dev_query_text_leaves_training(tmp_path):
+    """scifact's train split holds one text under two ids (with the same positives): the one not drawn for dev
+    would train on what dev scores."""
+    qrels = tmp_path / "train.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10)))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": f"query {i}"}) + "\n" for i in range(10)))
+    _, plain = carve_dev_split(qrels, 3, tmp_path / "plain", seed=0, queries=queries)
+    first = sorted(load_qrels(plain))[0]
+    twin = next(f"q{i}" for i in range(10) if f"q{i}" not in load_qrels(plain))
+    texts = {f"q{i}": f"query {i}" for i in range(10)} | {twin: f"  QUERY {first[1:]} "}  # same text, case aside
+    queries.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in texts.items()))
+    train, dev = carve_dev_split(qrels, 3, tmp_path / "plain", seed=0, queries=queries)  # queries changed: rewritten
+    assert load_qrels(dev) == load_qrels(plain) and first in load_qrels(dev)
+    assert set(load_qrels(train)) == {f"q{i}" for i in range(10)} - set(load_qrels(dev)) - {twin}

@@ -143,6 +143,7 @@ def test_an_interrupted_stage_is_not_resumed_with_another_schedule(tmp_path):
     (folder / "qrels").mkdir(parents=True)
     (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
         f"q{i}\td{i}\t1\n" for i in range(10)))
+    (folder / "queries.jsonl").write_text("".join(f'{{"_id": "q{i}", "text": "query {i}"}}\n' for i in range(10)))
     chain = Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2), None, False)
 
     def interrupted():
@@ -186,6 +187,7 @@ def test_another_dataset_under_the_same_folder_name_is_refused_and_gets_its_own_
         for split in ("train", "test"):
             (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
                 f"q{i}\td{i}\t1\n" for i in range(3)))
+        (folder / "queries.jsonl").write_text("".join(f'{{"_id": "q{i}", "text": "query {i}"}}\n' for i in range(3)))
         sub = chain_corpus(folder, tmp_path / "out", config)
         subs.append(sub.read_text())
         if variant == "one":
