@@ -19,13 +19,11 @@ GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 def top_run(scores: np.ndarray, qids: list[str], docids: list[str], depth: int) -> dict[str, dict[str, float]]:
-    """{qid: {docid: score}} of each row's ``depth`` best documents."""
-    depth = min(depth, scores.shape[1])
-    run = {}
-    for row, qid in enumerate(qids):
-        top = np.argpartition(-scores[row], depth - 1)[:depth]
-        run[qid] = {docids[j]: float(scores[row, j]) for j in top}
-    return run
+    """{qid: {docid: score}} of each row's ``depth`` best documents; a tie at the cut goes by docid, as the exact
+    searcher's does (``brute_force.top_hits``), so duplicate documents cannot swap which one is kept."""
+    from retromae_ir.search.brute_force import top_hits
+
+    return {qid: dict(top_hits(scores[row], docids, depth)) for row, qid in enumerate(qids)}
 
 
 def sweep_sparse_weight(index_dir: str | os.PathLike, model, queries: dict[str, str], qrels: dict,
