@@ -49,8 +49,12 @@ class DataArguments:
     min_relevance: int = field(default=1, metadata={"help": "qrels label counted as a positive"})
     group_size: int = field(default=8, metadata={
         "help": "passages per query: 1 positive + (G-1) negatives sampled from the example's negatives"})
-    max_query_length: int | None = field(default=None, metadata={"help": "default: the card's"})
-    max_passage_length: int | None = field(default=None, metadata={"help": "default: the card's"})
+    max_query_length: int | None = field(default=None, metadata={
+        "help": "query truncation in training only (default: the card's); the output card keeps the card's length, "
+                "which encoding uses"})
+    max_passage_length: int | None = field(default=None, metadata={
+        "help": "passage truncation in training only (default: the card's); the output card keeps the card's "
+                "length, which encoding uses (train short, encode long; edit card.yaml to encode otherwise)"})
 
     def __post_init__(self):
         if self.group_size < 1:
