@@ -39,7 +39,7 @@ def write_beir(folder: Path) -> None:
 
 @pytest.fixture()
 def tiny_beir(tmp_path, monkeypatch) -> Path:
-    # "quora" so that the query's own document is removed, as BEIR does for Quora and ArguAna
+    # "quora" so that the query's own document is removed, as BEIR and Pyserini do on every dataset
     write_beir(tmp_path / "data" / "quora")
     monkeypatch.delenv("RETROMAE_IR_DATA", raising=False)
     monkeypatch.setenv("RETROMAE_IR_CACHE", str(tmp_path / "cache"))
