@@ -4,8 +4,10 @@
 such folder per subforum). A ``data_dir`` argument (a command's ``--data-dir``) is the only place looked in: an explicit
 folder that lacks the dataset is an error, never silently replaced by another copy. Without it the order is
 ``$RETROMAE_IR_DATA``, the cache (``$RETROMAE_IR_CACHE/beir``, default ``~/.cache/retromae_ir/beir``), and last BEIR's
-official zip, downloaded into the cache. Each folder holds ``<dataset>/``. Evaluation uses Anserini's topic and
-qrels files (named by ``BeirPart``) so that figures match Pyserini's BEIR regressions.
+official zip, downloaded into the cache. Each folder holds ``<dataset>/``. Evaluation reads the dataset folder's own
+``queries.jsonl`` and ``qrels/test.tsv``; ``BeirPart`` also names Anserini's topic and qrels files and Pyserini's topic
+set, for Pyserini's own CLIs (scifact's Anserini files hold the same judgements, tested; the other 17 corpora are not
+here to compare).
 """
 from __future__ import annotations
 

@@ -201,3 +201,12 @@ def test_a_download_finished_by_another_process_first_is_used(tmp_path, monkeypa
     monkeypatch.setattr(beir, "fetch", racing)
     folder = resolve_beir("nfcorpus")
     assert folder == tmp_path / "cache" / "beir" / "nfcorpus" and beir.get_beir_dataset("nfcorpus").is_complete(folder)
+
+
+def test_scifact_folder_and_anserini_files_judge_the_same(shared_data):
+    """Evaluation reads the BEIR folder's qrels; Pyserini's regressions Anserini's file: the same judgements."""
+    from retromae_ir.data.readers import load_qrels
+
+    part = get_beir_dataset("scifact").parts[0]
+    beir_folder = shared_data / "beir" / "scifact"
+    assert load_qrels(beir_folder / "qrels" / "test.tsv") == load_qrels(shared_data / "topics-and-qrels" / part.qrels_file)
