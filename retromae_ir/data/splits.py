@@ -2,9 +2,10 @@
 
 The held-out queries (a seeded sample of the training queries) are removed from the training qrels, so a
 configuration tuned on dev has not trained on them; given the query texts, so is every other training query with
-the same text as a held-out one (scifact's train split holds one text under two ids, with the same positives). Written in BEIR's qrels layout (``query-id corpus-id score``)
-beside a ``split.json`` that records the source file's digest, the size and the seed: a changed source or setting
-writes the split anew instead of reusing an old one.
+the same text as a held-out one (scifact's train split holds one text under two ids, with the same positives).
+Written in BEIR's qrels layout (``query-id corpus-id score``) beside a ``split.json`` that records the source
+file's digest (and the queries'), the size and the seed: a changed source or setting writes the split anew instead
+of reusing an old one.
 """
 from __future__ import annotations
 

@@ -105,10 +105,11 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     cost nothing. BERT's head (:func:`split_lm_head`) runs its transform (dense, activation, LayerNorm) once on
     the packed rows, and its decoder (the tied word embeddings, plus bias) on tiles of at most ``rows`` packed
     rows (:data:`CPU_ROWS` on a CPU, :data:`ACCELERATOR_ROWS` elsewhere, when None) by ``vocab_tile`` vocabulary
-    entries, so [rows, vocab_tile] is the largest logits tensor. Row tiles start at document boundaries where
-    they can (:func:`row_tiles`): a tile of one document is reduced with ``amax`` into that document's row, a
-    tile of several with ``index_reduce_(..., "amax")`` (a running max per document). Another head, or an
-    int8-quantised decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way.
+    entries, so [rows, vocab_tile] is the largest logits tensor. Row tiles are ``rows`` consecutive packed rows
+    whatever the documents (:func:`row_tiles`), so every product but the last has its full height; each
+    document's part of a tile is reduced with ``amax`` into its row (``index_reduce_(..., "amax")`` over a tile of
+    more than :data:`SEGMENT_LOOP` documents, or of more than one off the CPU). Another head, or an int8-quantised
+    decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way.
 
     Equal to :func:`max_pool_logits_naive` up to the matmuls' summation order (tests/encode/test_ot_maxpool.py
     checks values and gradients), except under int8: dynamic quantisation scales the activations per input tensor,
@@ -132,8 +133,7 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
             decoder = getattr(getattr(lm_head, "predictions", lm_head), "decoder", None)
             vocab = getattr(decoder, "out_features", None)
             tile_rows = max(1, rows * vocab_tile // vocab) if vocab else rows
-            splits = [(begin, min(begin + tile_rows, len(packed)), None) for begin in range(0, len(packed), tile_rows)]
-            return _running_max(lm_head, packed, splits or [(0, 0, None)], owner, batch)
+            return _running_max(lm_head, packed, row_tiles(counts.tolist(), tile_rows), owner, batch)
         transform, decoder = parts
         transformed = transform(packed)
         trainable = [transformed, decoder.weight] + ([] if decoder.bias is None else [decoder.bias])
@@ -143,9 +143,11 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
 
 
 # [256, 4096] fp32 logits (4 MiB) a tile. On AMD's AVX-512 EPYC, over two runs of the head alone on scifact's
-# hidden states, 512 rows was the slowest tiling (419-465 GFLOP/s against 450-486 for 128, 256 and 384; a 256-token
-# document then has a tile of its own, reduced by ``amax``), pooled logits equal (runs/encode-head-rows/)
+# hidden states, 512 rows was the slowest tiling (419-465 GFLOP/s against 450-486 for 128, 256 and 384), pooled
+# logits equal (runs/encode-head-rows/). Full-height tiles across document boundaries: docs/encoders.md "What the
+# kernels allow".
 CPU_ROWS = 256
+SEGMENT_LOOP = 8  # on a CPU, documents in a tile up to which each is reduced by its own amax, not index_reduce_
 ACCELERATOR_ROWS = 1024  # fewer, larger launches
 
 
@@ -162,31 +164,19 @@ def _linear_tiles(weight, bias, vocab_tile: int) -> list:
             for w, b in output_slices(weight, bias, vocab_tile)]
 
 
-def row_tiles(counts: list[int], rows: int) -> list[tuple[int, int, int | None]]:
-    """(begin, end, document) ranges of at most ``rows`` packed rows, in order, covering every row: a document
-    that fits in what is left of the current range joins it, one that does not starts a new range, and one
-    longer than ``rows`` fills whole ranges of its own. ``document`` is the range's only document, or None when
-    it holds rows of several. No rows at all still give one (empty) range, which fixes the logits' width and
-    dtype."""
-    tiles, begin, end, owners = [], 0, 0, set()
-
-    def close():
-        nonlocal begin, owners
-        tiles.append((begin, end, next(iter(owners)) if len(owners) == 1 else None))
-        begin, owners = end, set()
-
+def row_tiles(counts: list[int], rows: int) -> list[tuple[int, int, tuple[tuple[int, int, int], ...]]]:
+    """(begin, end, segments) of consecutive ranges of ``rows`` packed rows (the last may be shorter) covering
+    every row, documents in order; ``segments``: (document, begin, end) of each document's rows in the range. No
+    rows at all still give one (empty) range, which fixes the logits' width and dtype."""
+    total = sum(counts)
+    tiles = [(begin, min(begin + rows, total), []) for begin in range(0, total, rows)] or [(0, 0, [])]
+    start = 0
     for document, count in enumerate(counts):
-        if end > begin and end - begin + count > rows:
-            close()
-        while count > 0:
-            take = min(count, rows - (end - begin))
-            end, count = end + take, count - take
-            owners.add(document)
-            if end - begin == rows:
-                close()
-    if end > begin or not tiles:
-        close()
-    return tiles
+        for index in range(start // rows, (start + count - 1) // rows + 1 if count else 0):
+            begin, end, segments = tiles[index]
+            segments.append((document, max(start, begin), min(start + count, end)))
+        start += count
+    return [(begin, end, tuple(segments)) for begin, end, segments in tiles]
 
 
 def _tiled_max(transformed, decoder_tiles, owner, counts, rows: int) -> torch.Tensor:
@@ -266,20 +256,21 @@ def _pooled_columns(rows, weight, bias, owner, counts, columns, length: int) -> 
 
 
 def _running_max(logits_of, rows, tiles, owner, batch: int) -> torch.Tensor:
-    """[batch, V'] max per document of ``logits_of(rows[begin:end])`` over the (begin, end, document) ``tiles``
-    (:func:`row_tiles`; document None: rows of several, reduced by ``owner``); -inf where a document owns no row.
-    There is always a tile, and the first fixes V' and the dtype (bf16 under autocast)."""
-    out = None
-    for begin, end, document in tiles:
+    """[batch, V'] max per document of ``logits_of(rows[begin:end])`` over the (begin, end, segments) ``tiles``
+    (:func:`row_tiles`); -inf where a document owns no row. There is always a tile, and the first fixes V' and
+    the dtype (bf16 under autocast)."""
+    out, loop = None, SEGMENT_LOOP if rows.device.type == "cpu" else 1  # on a GPU each amax is another launch
+    for begin, end, segments in tiles:
         logits = logits_of(rows[begin:end])
         if out is None:
             out = logits.new_full((batch, logits.shape[1]), float("-inf"))
         if logits.requires_grad:  # backward needs each step's result: no in-place update then
             out = out.index_reduce(0, owner[begin:end], logits, "amax")
-        elif document is None:
+        elif len(segments) > loop:
             out.index_reduce_(0, owner[begin:end], logits, "amax")
         else:
-            torch.maximum(out[document], logits.amax(0), out=out[document])
+            for document, first, last in segments:
+                torch.maximum(out[document], logits[first - begin:last - begin].amax(0), out=out[document])
     return out
 
 

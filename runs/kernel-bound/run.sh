@@ -12,3 +12,4 @@ for encoder in minilm-cls dupmae-minilm; do
             | grep -v -e Warning -e "Loading weights" > $out/$encoder-$compile.log
     done
 done
+$py runs/kernel-bound/attention_routes.py 2>&1 | grep -v Warning > $out/attention_routes.log
