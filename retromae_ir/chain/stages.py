@@ -113,7 +113,8 @@ class Chain:
         from retromae_ir.data.splits import carve_dev_split
 
         train_qrels, self.dev_qrels = carve_dev_split(folder / "qrels" / "train.tsv", config.dev_queries,
-                                                      output / "splits", queries=folder / "queries.jsonl")
+                                                      output / "splits", queries=folder / "queries.jsonl",
+                                                      evaluated=(folder / "qrels" / "test.tsv",))
         self.train_files = (folder / "queries.jsonl", train_qrels)
         self.train = ["--queries", str(self.train_files[0]), "--qrels", str(self.train_files[1])]
         self.log_file = output / "commands.log"
@@ -398,15 +399,15 @@ class Chain:
             self.save_results()
 
     def evaluate_mode(self, name: str, mode: str, retriever) -> None:
-        from retromae_ir.evaluate import evaluate_run
+        from retromae_ir.evaluate import evaluate_run, remove_self_hits
 
         done = self.results.get(name, {})
         if mode in done and mode in done.get("dev", {}):
             return
         metrics = {}
         for split, (queries, qrels) in (("test", self.test_queries), ("dev", self.dev_queries)):
-            metrics[split] = evaluate_run(retriever.retrieve(self.corpus, self.index_name(name), queries), qrels,
-                                          METRICS)
+            run = remove_self_hits(retriever.retrieve(self.corpus, self.index_name(name), queries))  # as BEIR does
+            metrics[split] = evaluate_run(run, qrels, METRICS)
         self.record(name, **{mode: metrics["test"]}, dev={**done.get("dev", {}), mode: metrics["dev"]})
         log.info("%s %s: test %s, dev %s", name, mode, metrics["test"], metrics["dev"])
 

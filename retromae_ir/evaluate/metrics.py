@@ -54,7 +54,7 @@ def _rank_scored(run: Run, depth: int | None) -> Run:
 
 
 def remove_self_hits(run: Run) -> Run:
-    """Drop each query's own id from its hits (BEIR's ArguAna/Quora convention: the query is a corpus document)."""
+    """Drop each query's own id from its hits: BEIR's evaluation and Pyserini's BEIR 2CR do, on every dataset."""
     return {qid: {docid: score for docid, score in hits.items() if docid != qid} for qid, hits in run.items()}
 
 

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from retromae_ir.evaluate.metrics import evaluate_run
+from retromae_ir.evaluate.metrics import evaluate_run, remove_self_hits
 
 logger = logging.getLogger(__name__)
 GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -28,7 +28,8 @@ def top_run(scores: np.ndarray, qids: list[str], docids: list[str], depth: int) 
 
 def sweep_sparse_weight(index_dir: str | os.PathLike, model, queries: dict[str, str], qrels: dict,
                         weights=GRID, depth: int = 100, metrics=("ndcg@10", "recall@100")) -> dict[float, dict]:
-    """{lambda: metrics} of the exact hybrid at each weight on ``queries`` (``model``: the index's EncoderModel)."""
+    """{lambda: metrics} of the exact hybrid at each weight on ``queries`` (``model``: the index's EncoderModel); a
+    hit whose docid is its query's id is dropped, as the BEIR suite and the chain's evaluation drop it."""
     from retromae_ir.encode.manifest import check_precision
     from retromae_ir.search.index import HybridIndex
 
@@ -39,8 +40,8 @@ def sweep_sparse_weight(index_dir: str | os.PathLike, model, queries: dict[str, 
     dense = encoded.dense @ index.dense.T
     stored = (encoded.sparse @ index.sparse.T).toarray()
     base = model.card.sparse_weight
-    return {w: evaluate_run(top_run(dense + (w / base) * stored, qids, index.docids, depth), qrels, metrics)
-            for w in weights}
+    return {w: evaluate_run(remove_self_hits(top_run(dense + (w / base) * stored, qids, index.docids, depth)), qrels,
+                            metrics) for w in weights}
 
 
 def best_weight(table: dict[float, dict], metric: str = "ndcg@10") -> float:

@@ -209,4 +209,5 @@ def test_scifact_folder_and_anserini_files_judge_the_same(shared_data):
 
     part = get_beir_dataset("scifact").parts[0]
     beir_folder = shared_data / "beir" / "scifact"
-    assert load_qrels(beir_folder / "qrels" / "test.tsv") == load_qrels(shared_data / "topics-and-qrels" / part.qrels_file)
+    anserini = shared_data / "topics-and-qrels" / part.qrels_file
+    assert load_qrels(beir_folder / "qrels" / "test.tsv") == load_qrels(anserini)

@@ -64,18 +64,24 @@ def test_a_rewrite_interrupted_between_its_files_is_not_taken_as_the_old_split(q
     assert (train.read_text(), dev.read_text()) == (first_train, first_dev)
 
 
-def test_a_training_query_with_a_dev_query_text_leaves_training(tmp_path):
-    """scifact's train split holds one text under two ids (with the same positives): the one not drawn for dev
-    would train on what dev scores."""
-    qrels = tmp_path / "train.tsv"
+def test_a_training_query_with_a_dev_or_test_query_text_leaves_training(tmp_path):
+    """scifact's train split holds a dev-size sample's twin (85/86) and two test queries again under other ids
+    (871 = test 870, 1291 = test 1292), with the same positives: trained on, they would score what they learnt."""
+    qrels, test = tmp_path / "train.tsv", tmp_path / "test.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10)))
+    test.write_text("query-id\tcorpus-id\tscore\nt0\td0\t1\nq9\td9\t1\n")  # q9: a test query in train too
+    texts = {f"q{i}": f"query {i}" for i in range(10)} | {"t0": "test query"}
     queries = tmp_path / "queries.jsonl"
-    queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": f"query {i}"}) + "\n" for i in range(10)))
-    _, plain = carve_dev_split(qrels, 3, tmp_path / "plain", seed=0, queries=queries)
-    first = sorted(load_qrels(plain))[0]
-    twin = next(f"q{i}" for i in range(10) if f"q{i}" not in load_qrels(plain))
-    texts = {f"q{i}": f"query {i}" for i in range(10)} | {twin: f"  QUERY {first[1:]} "}  # same text, case aside
     queries.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in texts.items()))
-    train, dev = carve_dev_split(qrels, 3, tmp_path / "plain", seed=0, queries=queries)  # queries changed: rewritten
-    assert load_qrels(dev) == load_qrels(plain) and first in load_qrels(dev)
-    assert set(load_qrels(train)) == {f"q{i}" for i in range(10)} - set(load_qrels(dev)) - {twin}
+    _, plain = carve_dev_split(qrels, 3, tmp_path / "plain", seed=0, queries=queries)
+    dev_ids = set(load_qrels(plain))
+    first = sorted(dev_ids)[0]
+    twin, test_twin = [q for q in sorted(texts) if q.startswith("q") and q not in dev_ids and q != "q9"][:2]
+    texts |= {twin: f"  QUERY {first[1:]} ", test_twin: "Test   query"}  # a dev and a test query's text, case aside
+    queries.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in texts.items()))
+    train, dev = carve_dev_split(qrels, 3, tmp_path / "twins", seed=0, queries=queries, evaluated=(test,))
+    assert set(load_qrels(dev)) == dev_ids  # the same seeded sample
+    assert set(load_qrels(train)) == {f"q{i}" for i in range(10)} - dev_ids - {twin, test_twin, "q9"}
+    test.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10)))
+    with pytest.raises(ValueError, match="no training query is left"):  # every training query is a test query
+        carve_dev_split(qrels, 3, tmp_path / "none", seed=0, queries=queries, evaluated=(test,))

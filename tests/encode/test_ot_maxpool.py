@@ -66,22 +66,25 @@ def test_equals_the_naive_max_pool(mlm, batch, rows, vocab_tile, packed):
 
 def test_row_tiles_are_full_height_and_name_each_documents_rows():
     # rows 0-2 document 0, 3-6 document 1, 7-8 document 2, 9-18 document 3, 19 document 4; ranges of 5
-    assert row_tiles([3, 4, 2, 10, 1], 5) == [(0, 5, ((0, 0, 3), (1, 3, 5))), (5, 10, ((1, 5, 7), (2, 7, 9), (3, 9, 10))),
+    assert row_tiles([3, 4, 2, 10, 1], 5) == [(0, 5, ((0, 0, 3), (1, 3, 5))),
+                                              (5, 10, ((1, 5, 7), (2, 7, 9), (3, 9, 10))),
                                               (10, 15, ((3, 10, 15),)), (15, 20, ((3, 15, 19), (4, 19, 20)))]
     assert row_tiles([1, 2, 0, 2, 7], 5) == [(0, 5, ((0, 0, 1), (1, 1, 3), (3, 3, 5))), (5, 10, ((4, 5, 10),)),
                                              (10, 12, ((4, 10, 12),))]  # a document without rows has no segment
     assert row_tiles([], 4) == row_tiles([0, 0], 4) == [(0, 0, ())]  # no rows: one empty range
 
 
-def test_a_tile_of_many_documents_is_reduced_by_index(mlm, batch):
-    """More than SEGMENT_LOOP documents in a tile take index_reduce_: the same maxima."""
-    from retromae_ir.encode.representation import SEGMENT_LOOP
+@pytest.mark.parametrize("loop", [0, 1000])
+def test_both_reductions_of_a_tile_give_the_maxima(mlm, batch, monkeypatch, loop):
+    """SEGMENT_LOOP 0: every tile by index_reduce_; 1000: every document's part by its own amax."""
+    from retromae_ir.encode import representation
 
+    monkeypatch.setattr(representation, "SEGMENT_LOOP", loop)
     hidden, mask = batch
     with torch.no_grad():
         reference = max_pool_logits_naive(mlm.cls, hidden, mask)
-        pooled = max_pool_logits(mlm.cls, hidden.repeat(SEGMENT_LOOP, 1, 1), mask.repeat(SEGMENT_LOOP, 1), rows=4096)
-    torch.testing.assert_close(pooled, reference.repeat(SEGMENT_LOOP, 1), atol=1e-5, rtol=1e-5)
+        pooled = max_pool_logits(mlm.cls, hidden.repeat(8, 1, 1), mask.repeat(8, 1), rows=50, vocab_tile=1000)
+    torch.testing.assert_close(pooled, reference.repeat(8, 1), atol=1e-5, rtol=1e-5)
 
 
 def test_a_batch_without_any_ordinary_token_pools_to_minus_infinity(mlm, batch):

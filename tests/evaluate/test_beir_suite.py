@@ -24,10 +24,10 @@ class NoRetriever:
         raise AssertionError("the run files are given: nothing may be retrieved")
 
 
-def write_given_run(path: Path, run, retriever, folder: Path, drop_self_hits: bool = True) -> None:
+def write_given_run(path: Path, run, retriever, folder: Path) -> None:
     """A run file with the key the suite computes for ``retriever`` over the part in ``folder``."""
     write_trec_run(path, run, "t")
-    key = run_key(retriever, folder / "corpus.jsonl", {"q": "q"}, drop_self_hits=drop_self_hits)
+    key = run_key(retriever, folder / "corpus.jsonl", {"q": "q"}, drop_self_hits=True)
     key_path(path).write_text(json.dumps(key))
 
 

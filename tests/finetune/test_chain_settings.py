@@ -143,6 +143,7 @@ def test_an_interrupted_stage_is_not_resumed_with_another_schedule(tmp_path):
     (folder / "qrels").mkdir(parents=True)
     (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
         f"q{i}\td{i}\t1\n" for i in range(10)))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nt0\td0\t1\n")
     (folder / "queries.jsonl").write_text("".join(f'{{"_id": "q{i}", "text": "query {i}"}}\n' for i in range(10)))
     chain = Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2), None, False)
 
@@ -184,9 +185,9 @@ def test_another_dataset_under_the_same_folder_name_is_refused_and_gets_its_own_
         (folder / "qrels").mkdir(parents=True)
         (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"{variant} {i}"}) + "\n"
                                                      for i in range(6)))
-        for split in ("train", "test"):
+        for split in ("train", "test"):  # q0-q2 train, t0-t2 test
             (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-                f"q{i}\td{i}\t1\n" for i in range(3)))
+                f"{'t' if split == 'test' else 'q'}{i}\td{i}\t1\n" for i in range(3)))
         (folder / "queries.jsonl").write_text("".join(f'{{"_id": "q{i}", "text": "query {i}"}}\n' for i in range(3)))
         sub = chain_corpus(folder, tmp_path / "out", config)
         subs.append(sub.read_text())
