@@ -144,8 +144,8 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
 
 # [256, 4096] fp32 logits (4 MiB) a tile. On AMD's AVX-512 EPYC, over two runs of the head alone on scifact's
 # hidden states, 512 rows was the slowest tiling (419-465 GFLOP/s against 450-486 for 128, 256 and 384), pooled
-# logits equal (runs/encode-head-rows/). Full-height tiles across document boundaries: docs/encoders.md "What the
-# kernels allow".
+# logits equal (runs/encode-head-rows/). With full-height tiles across document boundaries (docs/encoders.md "What
+# the kernels allow"), 384 and 512 rows were no faster on an Intel Xeon VM (runs/head-full-tiles/rows.sh).
 CPU_ROWS = 256
 SEGMENT_LOOP = 8  # on a CPU, documents in a tile up to which each is reduced by its own amax, not index_reduce_
 ACCELERATOR_ROWS = 1024  # fewer, larger launches
