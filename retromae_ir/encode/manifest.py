@@ -80,7 +80,7 @@ def reusable_manifest(index_dir: Path, model) -> dict | None:
     if not manifest.is_file():
         return None
     data = json.loads(manifest.read_text())
-    if data.get("fingerprint") != model.card.fingerprint() or data.get("precision") != precision(model):
+    if data.get("fingerprint") != model.card.fingerprint() or manifest_precision(data) != precision(model):
         return None
     return data if same_encoding(data, index_dir) else None
 
