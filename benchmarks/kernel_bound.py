@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from retromae_ir.cli import add_compile_argument
 
@@ -154,7 +155,8 @@ def main(argv=None) -> int:
         model.compile_backbone(args.compile)
     classes = defaultdict(lambda: [0.0, 0.0])
     with torch.inference_mode():
-        for rows in length_batches(lengths.tolist(), 64, model.max_batch_tokens):
+        batches = list(length_batches(lengths.tolist(), 64, model.max_batch_tokens))
+        for rows in tqdm(batches, desc="kernels", unit="batch"):
             for name, (flops, seconds) in batch_kernels(model, lengths[rows].tolist(), ordinary[rows].tolist(),
                                                         args.repeats).items():
                 classes[name][0] += flops
