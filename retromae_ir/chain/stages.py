@@ -511,9 +511,20 @@ def corpus_title(folder: Path, config: ChainConfig) -> str:
     return folder.name + (f", {config.corpus_docs}-document judged sub-corpus" if config.corpus_docs else "")
 
 
+CHAIN_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv")
+
+
+def check_chain_folder(folder: Path) -> None:
+    """Refuse a dataset folder that lacks a file the chain reads, before any output exists."""
+    missing = [name for name in CHAIN_FILES if not (Path(folder) / name).is_file()]
+    if missing:
+        raise ValueError(f"{folder}: not a BEIR-layout folder with a train split; missing {', '.join(missing)}")
+
+
 def run_chain(folder: Path, output: Path, config: ChainConfig, model: str | None = None, bf16: bool = False,
               pretrained: Path | None = None, lucene: bool = True) -> list[Chain]:
     """Every stage of the chain (and its ablation, when configured) over ``folder``, results under ``output``."""
+    check_chain_folder(folder)
     if pretrained is not None and not (pretrained / "config.json").is_file():
         raise ValueError(f"--pretrained {pretrained}: no config.json, not a finished pre-training output")
     output.mkdir(parents=True, exist_ok=True)

@@ -351,3 +351,19 @@ def test_a_finished_pretraining_is_not_reused_under_another_warm_up():
     check_settings(results, older, INPUTS, "out")
     with pytest.raises(ChainSettingsError, match=r"stage 0-pretrain was made .*warmup_ratio 0.05 -> 0.1"):
         check_settings(results, pretrain, INPUTS, "out")
+
+
+@pytest.mark.parametrize("absent", ["queries.jsonl", "qrels/train.tsv"])
+def test_a_folder_without_a_file_the_chain_reads_is_refused_by_name_before_any_output(tmp_path, capsys, absent):
+    from retromae_ir.chain.__main__ import main
+
+    folder = tmp_path / "data"
+    (folder / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv"):
+        (folder / name).write_text("")
+    (folder / absent).unlink()
+    with pytest.raises(SystemExit) as exit_:
+        main(["--folder", str(folder), "--output", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    assert f"missing {absent}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
