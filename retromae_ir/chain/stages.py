@@ -279,11 +279,12 @@ class Chain:
     def bm25_negatives(self) -> Path:
         return self.mine("1-bm25-negatives", "bm25")
 
-    def stage1_data(self) -> list[str]:
-        """Eq. 13 is in-batch negatives only (group 1: the training qrels); a larger group adds BM25 negatives."""
+    def stage1_data(self) -> Path | list[str]:
+        """Eq. 13 is in-batch negatives only (group 1: the training qrels); a larger group adds BM25 negatives (a
+        file, so :meth:`finetune` keys the stage on it)."""
         if self.config.group_stage1 == 1:
             return self.train
-        return ["--train", str(self.bm25_negatives())]
+        return self.bm25_negatives()
 
     def index_name(self, stage: str) -> str:
         return f"{self.folder.name}-{self.output.name}-{stage}"

@@ -367,3 +367,21 @@ def test_a_folder_without_a_file_the_chain_reads_is_refused_by_name_before_any_o
     assert exit_.value.code == 2
     assert f"missing {absent}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_stage_one_is_keyed_on_the_file_it_trains_on(tmp_path, group):
+    """With a group above one stage 1 trains on the BM25 negatives: a remade negatives file must make it stale."""
+    from types import SimpleNamespace
+
+    from retromae_ir.chain.stages import Chain
+
+    negatives, recorded = tmp_path / "1-bm25-negatives.jsonl", {}
+    chain = SimpleNamespace(config=ChainConfig(group_stage1=group), output=tmp_path, corpus=tmp_path / "corpus.jsonl",
+                            train=["--queries", "q.jsonl", "--qrels", "train.tsv"],
+                            train_files=(tmp_path / "q.jsonl", tmp_path / "train.tsv"),
+                            bm25_negatives=lambda: negatives, flags=lambda *args: [], log_file=None,
+                            timed=lambda name, done, run, inputs=(): recorded.setdefault(name, inputs))
+    Chain.finetune(chain, "1-stage1", "1", tmp_path / "0-start.yaml", Chain.stage1_data(chain), group)
+    expected = (negatives,) if group > 1 else chain.train_files
+    assert recorded["1-stage1"] == (tmp_path / "0-start.yaml", chain.corpus, *expected)
