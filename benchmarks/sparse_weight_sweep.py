@@ -34,7 +34,9 @@ def main(argv=None) -> None:
     test_queries, test_qrels = judged_queries(args.folder, "test")
     train_queries, _ = judged_queries(args.folder, "train")
     with tempfile.TemporaryDirectory() as tmp:
-        _, dev_path = carve_dev_split(args.folder / "qrels" / "train.tsv", args.dev_queries, tmp, args.seed)
+        _, dev_path = carve_dev_split(args.folder / "qrels" / "train.tsv", args.dev_queries, tmp, args.seed,
+                                      queries=args.folder / "queries.jsonl",  # the chain's split: no test twin
+                                      evaluated=(args.folder / "qrels" / "test.tsv",))
         dev_qrels = load_qrels(dev_path)
     dev_queries = {qid: train_queries[qid] for qid in dev_qrels}
     sweep = sweep_sparse_weight(args.index, model, dev_queries, dev_qrels, weights=(0.0, *GRID))

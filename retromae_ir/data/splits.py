@@ -1,11 +1,12 @@
 """A dev split carved from the training qrels: hyper-parameters are chosen on it, never on the test split.
 
-The held-out queries (a seeded sample of the training queries) are removed from the training qrels, so a
-configuration tuned on dev has not trained on them. Given the query texts, so is every training query whose text is
-a dev query's or an evaluated (test) query's: scifact's train split holds test queries 870 and 1292 again as 871 and
-1291, with the same positives, and two pairs of its own (85/86 with the same positives, 89/90). Written in BEIR's
-qrels layout (``query-id corpus-id score``) beside a ``split.json`` that records the source files' digests, the size
-and the seed: a changed source or setting writes the split anew instead of reusing an old one.
+The held-out queries, a seeded sample of the training queries, are removed from the training qrels, so a
+configuration tuned on dev has not trained on them. No evaluated (test) query is drawn, nor one whose text is an
+evaluated query's, and given the query texts no such query trains either, nor one whose text is a dev query's:
+scifact's train split holds test queries 870 and 1292 again as 871 and 1291, with the same positives, and two pairs
+of its own (85/86 with the same positives, 89/90). Written in BEIR's qrels layout (``query-id corpus-id score``)
+beside a ``split.json`` that records the source files' digests, the size, the seed and :data:`SPLIT_VERSION`: a
+changed source, setting or rule writes the split anew instead of reusing an old one.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 from retromae_ir.data.readers import PathLike, iter_topics, load_qrels
 from retromae_ir.io import atomic_write, file_digest
 
+SPLIT_VERSION = 2  # 2: dev holds no evaluated query nor its twin (1 drew dev among them); bumped when a rule changes
+
 
 def carve_dev_split(qrels: PathLike, size: int, output: PathLike, seed: int = 0, queries: PathLike | None = None,
                     evaluated: tuple[PathLike, ...] = ()) -> tuple[Path, Path]:
@@ -25,7 +28,8 @@ def carve_dev_split(qrels: PathLike, size: int, output: PathLike, seed: int = 0,
     query's."""
     output = Path(output)
     train_path, dev_path, meta_path = output / "train.tsv", output / "dev.tsv", output / "split.json"
-    meta = {"source": str(qrels), "source_sha256": file_digest(qrels), "size": size, "seed": seed}
+    meta = {"version": SPLIT_VERSION, "source": str(qrels), "source_sha256": file_digest(qrels), "size": size,
+            "seed": seed}
     if queries is not None:
         meta.update(queries=str(queries), queries_sha256=file_digest(queries))
     if evaluated:
@@ -36,9 +40,10 @@ def carve_dev_split(qrels: PathLike, size: int, output: PathLike, seed: int = 0,
     labels = load_qrels(qrels)
     if not 0 < size < len(labels):
         raise ValueError(f"{qrels}: a dev split of {size} queries needs 0 < size < {len(labels)} (its query count)")
-    dev = set(random.Random(seed).sample(sorted(labels), size))
     evaluated_ids = {qid for path in evaluated for qid in load_qrels(path)}
-    held_out = dev | evaluated_ids
+    barred = evaluated_ids | (same_text_queries(queries, evaluated_ids) if queries is not None else set())
+    dev = dev_sample(sorted(labels), size, seed, barred, qrels)
+    held_out = dev | barred
     held_out |= same_text_queries(queries, held_out) if queries is not None else set()
     if not set(labels) - held_out:
         raise ValueError(f"{qrels}: no training query is left once the dev and evaluated queries (and their "
@@ -53,6 +58,21 @@ def carve_dev_split(qrels: PathLike, size: int, output: PathLike, seed: int = 0,
     with atomic_write(meta_path) as handle:
         json.dump(meta, handle, indent=2)
     return train_path, dev_path
+
+
+def dev_sample(candidates: list[str], size: int, seed: int, barred: set[str], source: PathLike) -> set[str]:
+    """``size`` seeded queries of ``candidates``, none of them ``barred`` (an evaluated query or its twin): a barred
+    query the seeded sample draws is replaced by another draw, so a sample that draws none is unchanged."""
+    rng = random.Random(seed)
+    dev = set(rng.sample(candidates, size))
+    drawn = dev & barred
+    if drawn:
+        others = sorted(set(candidates) - dev - barred)
+        if len(others) < len(drawn):
+            raise ValueError(f"{source}: a dev split of {size} queries needs {size} training queries that are not "
+                             f"evaluated queries or their twins; there are {len(set(candidates) - barred)}")
+        dev = (dev - drawn) | set(rng.sample(others, len(drawn)))
+    return dev
 
 
 def same_text_queries(queries: PathLike, held_out: set[str]) -> set[str]:

@@ -80,8 +80,48 @@ def test_a_training_query_with_a_dev_or_test_query_text_leaves_training(tmp_path
     texts |= {twin: f"  QUERY {first[1:]} ", test_twin: "Test   query"}  # a dev and a test query's text, case aside
     queries.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in texts.items()))
     train, dev = carve_dev_split(qrels, 3, tmp_path / "twins", seed=0, queries=queries, evaluated=(test,))
-    assert set(load_qrels(dev)) == dev_ids  # the same seeded sample
-    assert set(load_qrels(train)) == {f"q{i}" for i in range(10)} - dev_ids - {twin, test_twin, "q9"}
+    dev_now = set(load_qrels(dev))  # the same seeded sample, but q9 (a test query) drawn again
+    assert len(dev_now) == 3 and "q9" not in dev_now and dev_ids - {"q9"} < dev_now
+    assert set(load_qrels(train)) == {f"q{i}" for i in range(10)} - dev_now - {twin, test_twin, "q9"}
     test.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10)))
-    with pytest.raises(ValueError, match="no training query is left"):  # every training query is a test query
+    with pytest.raises(ValueError, match="needs 3 training queries .* there are 0"):  # every one is a test query
         carve_dev_split(qrels, 3, tmp_path / "none", seed=0, queries=queries, evaluated=(test,))
+
+
+def test_dev_never_draws_an_evaluated_query_or_its_twin_and_keeps_its_size(tmp_path):
+    """scifact at 300 dev queries (seed 0) drew 871, test query 870's twin: settings were chosen on a test query."""
+    qrels, test, queries = tmp_path / "train.tsv", tmp_path / "test.tsv", tmp_path / "queries.jsonl"
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10)))
+    _, plain = carve_dev_split(qrels, 3, tmp_path / "plain", seed=0)
+    first, second = sorted(load_qrels(plain))[:2]
+    test.write_text(f"query-id\tcorpus-id\tscore\nt0\td0\t1\n{second}\td9\t1\n")  # `second`: a test query itself
+    texts = {f"q{i}": f"query {i}" for i in range(10)} | {"t0": "test query", first: "Test  Query"}  # first: a twin
+    queries.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in texts.items()))
+    train, dev = carve_dev_split(qrels, 3, tmp_path / "twins", seed=0, queries=queries, evaluated=(test,))
+    dev_ids, train_ids = set(load_qrels(dev)), set(load_qrels(train))
+    assert len(dev_ids) == 3 and not dev_ids & {first, second}
+    assert set(load_qrels(plain)) - {first, second} < dev_ids  # the rest of the seeded sample is kept
+    assert train_ids == {f"q{i}" for i in range(10)} - dev_ids - {first, second}
+    with pytest.raises(ValueError, match="needs 9 training queries that are not evaluated queries or their twins; there are 8"):
+        carve_dev_split(qrels, 9, tmp_path / "big", seed=0, queries=queries, evaluated=(test,))
+    with pytest.raises(ValueError, match="no training query is left"):  # 8 drawn: dev takes every other query
+        carve_dev_split(qrels, 8, tmp_path / "all", seed=0, queries=queries, evaluated=(test,))
+
+
+def test_the_default_scifact_split_is_unchanged_and_300_avoids_the_test_twins():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[3] / "shared" / "data" / "beir" / "scifact"
+    if not (folder / "qrels" / "train.tsv").is_file():
+        pytest.skip("scifact is not beside the checkout")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = dict(queries=folder / "queries.jsonl", evaluated=(folder / "qrels" / "test.tsv",))
+        _, dev = carve_dev_split(folder / "qrels" / "train.tsv", 100, Path(tmp) / "100", **args)
+        import random
+        assert set(load_qrels(dev)) == set(random.Random(0).sample(sorted(load_qrels(folder / "qrels" / "train.tsv")),
+                                                                 100))
+        train, dev = carve_dev_split(folder / "qrels" / "train.tsv", 300, Path(tmp) / "300", **args)
+        assert not set(load_qrels(dev)) & {"871", "1291"} and len(load_qrels(dev)) == 300
+        assert not set(load_qrels(train)) & {"871", "1291"}
