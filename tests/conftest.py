@@ -16,19 +16,26 @@ SHARED_DATA = Path(os.environ.get("RETROMAE_IR_SHARED_DATA", REPO.parent / "shar
 
 
 @pytest.fixture(autouse=True)
-def restore_root_logger():
+def restore_loggers():
     """A command run in-process (``main(argv)``) adds handlers to the root logger, one on the stream pytest captured
-    for that test; left there, the next test's log lines hit a closed stream ("Logging error" + a traceback on
-    stderr, which the error-convention tests rightly reject). Every test gets the root logger back as it found it."""
+    for that test, and a library configures its own logger's handler on first use (transformers: on whatever
+    ``sys.stderr`` was then); left there, a later test's log lines hit a closed stream ("Logging error" + a
+    traceback on stderr, which the error-convention tests rightly reject). Every test gets every logger's handlers
+    back as it found them, and the root logger's level."""
     import logging
 
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    def loggers():
+        return [logging.getLogger()] + [logger for logger in logging.root.manager.loggerDict.values()
+                                        if isinstance(logger, logging.Logger)]
+
+    before = {id(logger): list(logger.handlers) for logger in loggers()}
+    level = logging.getLogger().level
     yield
-    for handler in [h for h in root.handlers if h not in handlers]:
-        root.removeHandler(handler)
-        handler.close()
-    root.setLevel(level)
+    for logger in loggers():
+        for handler in [h for h in logger.handlers if h not in before.get(id(logger), [])]:
+            logger.removeHandler(handler)
+            handler.close()
+    logging.getLogger().setLevel(level)
 
 
 @pytest.fixture(scope="session")
