@@ -127,7 +127,9 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
     """The one finished encoding of ``card`` in ``shard_num`` shards under DIR/.work whose sources also hold
     ``source_fields`` (a caller that knows the corpus passes its ``corpus_digest``; the ``merge`` command is not told
     it); none, several (other corpora or dtypes), or an unfinished one beside it (most likely the encoding the user
-    means, of a new corpus or dtype, whose last shard has not run) is refused: never a guess."""
+    means, of a new corpus or dtype, whose last shard has not run) is refused: never a guess. Without a corpus,
+    so is one with an encoding of other vectors started after it in another number of shards or precision
+    (:func:`_refuse_newer_encodings`)."""
     candidates = {}  # work folder -> its sources
     for root in sorted((Path(output) / WORK).glob(f"*-of-{shard_num}")):
         source = _read_source(root)
@@ -150,6 +152,8 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
                                  f"{_describe(candidates[root])}): run it (--shard-id {shard_id} --shard-num "
                                  f"{shard_num}) before merging{beside}")
     if len(finished) == 1:
+        if "corpus_digest" not in source_fields:  # the merge command: is another encoding the one meant?
+            _refuse_newer_encodings(output, card, finished[0], candidates[finished[0]])
         return finished[0]
     if len(finished) > 1:
         found = "; ".join(f"{root.name}: {_describe(candidates[root])}" for root in finished)
@@ -158,6 +162,23 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
     raise IndexMismatchError(f"no encoded shards of card {card.name!r} ({shard_num} shards, "
                              f"{'int8' if int8 else 'not int8'}, encoding version {ENCODING_VERSION}) under "
                              f"{output}/{WORK}: shards of other weights or encoding code are not merged")
+
+
+def _refuse_newer_encodings(output: Path, card: EncoderCard, chosen: Path, source: dict) -> None:
+    """Refuse ``chosen`` when an encoding of ``card`` with other vectors (other documents or precision, in any
+    number of shards, int8 or not) was started after it: a merge told another shard count or the wrong ``--int8``
+    would otherwise rebuild an older corpus's index over the newer one, exit 0."""
+    started, vectors = (chosen / SOURCES).stat().st_mtime_ns, (source["corpus_digest"], source["precision"])
+    for root in sorted((Path(output) / WORK).glob("*-of-*")):
+        other = _read_source(root)
+        if root == chosen or not other or not _encoded_by(other, card):
+            continue
+        if (other["corpus_digest"], other["precision"]) != vectors and (root / SOURCES).stat().st_mtime_ns > started:
+            shards = int(root.name.rsplit("-of-", 1)[1])
+            raise IndexMismatchError(
+                f"{output}/{WORK}: {root.name} ({_describe(other)}, {shards} shard(s)) was encoded after {chosen.name} "
+                f"({_describe(source)}), the one this merge would build; merge it (--shard-num {shards}"
+                f"{' --int8' if other['precision'] == 'int8' else ''}), or remove {root} to merge the older one")
 
 
 def _encoded_by(source: dict, card: EncoderCard) -> bool:

@@ -51,10 +51,15 @@ def write_manifest(directory: Path, card: EncoderCard, **fields) -> Path:
 
 
 def read_manifest(directory: str | os.PathLike) -> dict:
+    return json.loads(manifest_text(directory))
+
+
+def manifest_text(directory: str | os.PathLike) -> str:
+    """The manifest as written (what ``io.check_unchanged`` compares against, once the index is open)."""
     path = Path(directory) / MANIFEST
     if not path.is_file():
         raise IndexMismatchError(f"{directory} has no {MANIFEST}: not a retromae_ir index, or its build did not finish")
-    return json.loads(path.read_text())
+    return path.read_text()
 
 
 def encoding_version(manifest: dict) -> int:

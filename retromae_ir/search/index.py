@@ -10,6 +10,7 @@ again, which redoes only the merge while the chunk cache under DIR/.work is ther
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -19,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from retromae_ir.encode.cards import EncoderCard, load_card
-from retromae_ir.encode.manifest import IndexMismatchError, check_card, read_manifest
+from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, check_card, manifest_text
+from retromae_ir.io import check_unchanged
 from retromae_ir.search.ot_store import STORE, VERSION, OTStore, StoreFormatError
 
 logger = logging.getLogger(__name__)
@@ -76,7 +78,8 @@ class HybridIndex:
 
         self.directory = Path(directory)
         self.card = load_card(card)
-        self.manifest = read_manifest(self.directory)
+        checked = manifest_text(self.directory)
+        self.manifest = json.loads(checked)
         if self.manifest.get("scale") != self.card.scale:
             raise IndexMismatchError(f"{self.directory} was quantised with scale {self.manifest.get('scale')}, "
                                      f"the card {self.card.name!r} says {self.card.scale}")
@@ -95,6 +98,8 @@ class HybridIndex:
             raise IndexMismatchError(f"{dense_dir}: {len(self.docids)} docids for {self.faiss_index.ntotal} vectors")
         self._flat = _flat_view(self.faiss_index)
         self.store = self._open_store() if self.card.sparse else None
+        # a merge into this folder meanwhile (it unlinks the manifest first) may have swapped one part, not another
+        check_unchanged(self.directory / MANIFEST, checked)
 
     def _open_store(self) -> OTStore:
         sparse_dir = self.directory / "sparse"

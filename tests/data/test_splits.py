@@ -102,7 +102,7 @@ def test_dev_never_draws_an_evaluated_query_or_its_twin_and_keeps_its_size(tmp_p
     assert len(dev_ids) == 3 and not dev_ids & {first, second}
     assert set(load_qrels(plain)) - {first, second} < dev_ids  # the rest of the seeded sample is kept
     assert train_ids == {f"q{i}" for i in range(10)} - dev_ids - {first, second}
-    with pytest.raises(ValueError, match="needs 9 training queries that are not evaluated queries or their twins; there are 8"):
+    with pytest.raises(ValueError, match="needs 9 training queries that are not evaluated .* there are 8"):
         carve_dev_split(qrels, 9, tmp_path / "big", seed=0, queries=queries, evaluated=(test,))
     with pytest.raises(ValueError, match="no training query is left"):  # 8 drawn: dev takes every other query
         carve_dev_split(qrels, 8, tmp_path / "all", seed=0, queries=queries, evaluated=(test,))

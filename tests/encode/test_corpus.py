@@ -67,6 +67,27 @@ def test_merge_refuses_an_old_finished_encoding_beside_an_unfinished_new_one(den
         merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=2)
 
 
+@pytest.mark.parametrize("newer", ["another shard count", "one process"])
+def test_merge_refuses_an_older_encoding_when_one_of_other_documents_came_after_it(dense_model, tmp_path, newer):
+    """Corpus A in 3 shards, then corpus B (2 shards, or one process) merged: `merge --shard-num 3` used to rebuild
+    A's index over B's, exit 0 (only folders of the asked shard count were looked at). Now it names B."""
+    for shard in range(3):
+        encode_shard(dense_model, IDS, DOCS, tmp_path, shard, 3, chunk_size=4)
+    new_ids, new_docs = IDS[:7], DOCS[:7]
+    shards = 2 if newer == "another shard count" else 1
+    for shard in range(shards):
+        encode_shard(dense_model, new_ids, new_docs, tmp_path, shard, shards, chunk_size=4)
+    merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=shards)
+    before = read_manifest(tmp_path)
+    with pytest.raises(IndexMismatchError, match=rf"7 documents.*{shards} shard\(s\)\) was encoded after .*--shard-num "
+                                                 rf"{shards}\)"):
+        merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)
+    assert read_manifest(tmp_path) == before and _vectors(tmp_path)[0] == new_ids
+    encode_shard(dense_model, IDS, DOCS, tmp_path, 0, 3, chunk_size=4)  # A's shards run again: A is the newer
+    merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)
+    assert _vectors(tmp_path)[0] == IDS
+
+
 def test_rerun_encodes_only_missing_chunks(dense_model, tmp_path, monkeypatch):
     folder = encode_shard(dense_model, IDS, DOCS, tmp_path, chunk_size=4)
     chunks = sorted(folder.glob("chunk-*.npz"))

@@ -92,6 +92,25 @@ def test_empty_index(handful, tmp_path):
         HybridIndex(target, handful[0])
 
 
+def test_an_index_replaced_while_it_opens_is_refused(handful, tmp_path, monkeypatch):
+    """A merge into the folder while a search opens it (manifest unlinked, dense/ then sparse/ swapped) could leave
+    the old faiss vectors beside the new OT store; counts alone pass when both hold as many documents."""
+    from retromae_ir.io import OutputReplacedError
+    from retromae_ir.search import index as index_module
+
+    target = _copy(handful, tmp_path)
+    HybridIndex(target, handful[0])  # opens as it is
+    real = index_module.OTStore.open
+
+    def merged_meanwhile(path):
+        (target / "manifest.json").write_text((target / "manifest.json").read_text().replace("{", '{"merged": 1, ', 1))
+        return real(path)
+
+    monkeypatch.setattr(index_module.OTStore, "open", merged_meanwhile)
+    with pytest.raises(OutputReplacedError, match="replaced by another process"):
+        HybridIndex(target, handful[0])
+
+
 def test_not_an_index(tmp_path, handful):
     with pytest.raises(IndexMismatchError, match="manifest"):
         HybridIndex(tmp_path, handful[0])
