@@ -23,8 +23,10 @@ from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import STAGES, check_settings, pipeline_stage, stage_settings
 from retromae_ir.data.beir import dataset_digest
 from retromae_ir.encode.representation import ENCODING_VERSION
+from retromae_ir.evaluate.metrics import EVALUATION_VERSION
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
 from retromae_ir.packaged import default_model
+from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
 log = logging.getLogger("retromae_ir.chain")
 MODES = ("dense", "sparse", "hybrid")
@@ -377,8 +379,10 @@ class Chain:
 
     @staticmethod
     def made_with(depends_on: dict) -> dict:
-        """What a recorded evaluation was made with: ``depends_on`` and the encoding code's version."""
-        return as_stored({**depends_on, "encoding": ENCODING_VERSION})
+        """What a recorded evaluation was made with: ``depends_on`` and the encoding, search and evaluation code's
+        versions (a record made by older code is evaluated again, not kept)."""
+        return as_stored({**depends_on, "encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
+                          "evaluation": EVALUATION_VERSION})
 
     def record_made_with(self, name: str, depends_on: dict) -> None:
         """Record what ``name``'s evaluation is made with before its first row, so an interrupted one's rows say

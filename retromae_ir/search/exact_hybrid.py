@@ -23,6 +23,11 @@ from retromae_ir.encode.manifest import check_precision, manifest_precision
 from retromae_ir.search.brute_force import top_hits
 from retromae_ir.search.index import MODES, HybridIndex
 
+# Bumped in the commit that changes what a search returns for the same index and queries, so cached runs
+# (``EncoderRetriever.run_key``) and a chain's recorded metrics made before are made again. 1: ties at every cut
+# go by docid (brute_force.top_hits), 2026-11-25.
+SEARCH_VERSION = 1
+
 
 class ExactHybridSearcher:
     def __init__(self, index_dir: str | os.PathLike, encoder, mode: str = "hybrid", candidates: int = 1000,

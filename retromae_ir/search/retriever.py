@@ -10,6 +10,7 @@ from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST, reusable_manifest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.io import check_unchanged, claim_output, file_digest
+from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +93,13 @@ class EncoderRetriever:
 
     def run_key(self, corpus: Path) -> dict:
         """What its runs depend on besides the queries: the card, the weights and corpus bytes its index is built
-        from, the precision, the encoding code's version, the search mode, depth and candidates (the run cache's
+        from, the precision, the encoding and search code's versions, the search mode, depth and candidates (the run cache's
         key)."""
         from retromae_ir.encode.corpus import precision
 
         return {"retriever": "encoder", "fingerprint": self.card.fingerprint(), **self.source_digests(corpus),
-                "precision": precision(self.model), "encoding": ENCODING_VERSION, "mode": self.mode,
+                "precision": precision(self.model), "encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
+                "mode": self.mode,
                 "hits": self.hits, "candidates": self.candidates}
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:

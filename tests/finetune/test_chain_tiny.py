@@ -14,6 +14,8 @@ from retromae_ir.chain import stages as chain
 from retromae_ir.chain.__main__ import main as chain_main
 from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_qrels
 from retromae_ir.encode.representation import ENCODING_VERSION
+from retromae_ir.evaluate.metrics import EVALUATION_VERSION
+from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
 TINY = ["pretrain_steps=2", "pretrain_batch=2", "pretrain_length=32", "query_length=16", "passage_length=32",
         "steps=2", "batch=4", "ce_steps=2", "ce_batch=2", "ce_length=32", "negatives=2", "max_rank=20", "k=40",
@@ -99,13 +101,15 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert json.loads((output / "results.json").read_text()) == main
     assert main["2-stage2"]["settings"]["group"] == 2 and main["3-distill"]["settings"]["distill_lr"] == 2e-5
 
-    # metrics recorded by other encoding code (or before it was recorded): measured again, nothing trained again
-    # (a re-run after a vector-changing fix used to report the old code's stage rows beside new baselines)
+    # metrics recorded by other encoding, search or evaluation code (or before it was recorded): measured again,
+    # nothing trained again (a re-run after a vector-changing fix used to report the old code's stage rows beside
+    # new baselines; after a search or scoring fix, the old figures and the OT weight chosen with them)
     results = json.loads((output / "results.json").read_text())
-    for stage in ("0-pretrain", *STAGES):
-        assert results[stage]["made_with"] == {"encoding": ENCODING_VERSION}
+    for number, stage in enumerate(("0-pretrain", *STAGES)):
+        assert results[stage]["made_with"] == {"encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
+                                               "evaluation": EVALUATION_VERSION}
         results[stage]["hybrid"]["ndcg@10"] = -1.0
-        results[stage]["made_with"]["encoding"] = ENCODING_VERSION + 1
+        results[stage]["made_with"][("encoding", "search", "evaluation")[number % 3]] -= 1
     del results["1-stage1"]["made_with"]
     del results["2-stage2"]["eval_wall_s"], results["2-stage2"]["sparse"]  # interrupted under the other code
     (output / "results.json").write_text(json.dumps(results))
