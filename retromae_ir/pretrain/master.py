@@ -119,7 +119,9 @@ def check_side_texts(path: str | Path, corpus: str | Path) -> None:
     """Refuse side texts generated from other passages than ``corpus`` holds under their ids (the corpus edited
     since, or another corpus whose ids coincide, as line numbers do): DOR and GOR would teach a passage to rebuild
     another one's queries and continuation. Each generate.py record names its passage by ``text_sha256``; records of
-    ids the corpus lacks are never looked up; a record without a digest cannot be checked (a warning counts them)."""
+    ids the corpus lacks are never looked up; a record without a digest cannot be checked (a warning counts them).
+    Records none of whose ids the corpus has (another id scheme: BEIR ids against a plain text file's line
+    numbers) are refused too: every DOR/GOR target would be empty; a partial cover is counted in a warning."""
     from retromae_ir.pretrain.data import iter_documents
     from retromae_ir.pretrain.generate import text_digest
 
@@ -134,9 +136,11 @@ def check_side_texts(path: str | Path, corpus: str | Path) -> None:
                 continue  # load_side_texts names the malformed line
             if isinstance(record, dict) and "id" in record:
                 recorded[str(record["id"])] = record.get("text_sha256")
-    stale, unchecked = [], 0
+    stale, unchecked, covered, documents, first = [], 0, 0, 0, None
     for docid, text in iter_documents(corpus):
+        documents, first = documents + 1, first if first is not None else docid
         if docid in recorded:
+            covered += 1
             if recorded[docid] is None:
                 unchecked += 1
             elif recorded[docid] != text_digest(text):
@@ -147,6 +151,14 @@ def check_side_texts(path: str | Path, corpus: str | Path) -> None:
             f"their id (first: {stale[0]!r}); DOR/GOR would train on another passage's queries. Generate them again "
             f"(python -m retromae_ir.pretrain.generate --corpus {corpus} --output {path} with the options that made "
             f"it: unchanged records are kept)")
+    if recorded and not covered:
+        raise MasterSetupError(
+            f"{path}: none of its {len(recorded)} record ids (first: {next(iter(recorded))!r}) is a document id of "
+            f"{corpus} (first: {first!r}); DOR/GOR would train on empty texts. Generate the side texts from this "
+            f"corpus (python -m retromae_ir.pretrain.generate --corpus {corpus} --output {path})")
+    if covered < documents:
+        log.warning("%s: side texts for %d of the %d documents of %s; DOR/GOR learn nothing from the other %d",
+                    path, covered, documents, corpus, documents - covered)
     if unchecked:
         log.warning("%s: %d side-text record(s) carry no text_sha256 (not written by retromae_ir.pretrain.generate): "
                     "not checked against %s", path, unchecked, corpus)

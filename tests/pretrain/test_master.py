@@ -268,3 +268,25 @@ def test_side_texts_of_other_passages_are_refused(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="retromae_ir.pretrain.master"):
         MASTER.prepare_arguments(args, corpus, "unused")
     assert "2 side-text record(s) carry no text_sha256" in caplog.text
+
+
+def test_side_texts_of_another_id_scheme_are_refused_and_a_partial_cover_is_counted(tmp_path, caplog):
+    """Side texts generated from the BEIR file (ids a, b) beside the same passages as plain text (ids 1, 2: line numbers): no
+    passage has a record, so DOR/GOR trained on empty targets (no labels, loss 0) and the run exited 0."""
+    from retromae_ir.pretrain.generate import text_digest
+
+    texts = {"a": "white matter of the newborn brain", "b": "cortical growth in infants"}
+    side, plain = tmp_path / "side.jsonl", tmp_path / "corpus.txt"
+    side.write_text("".join(json.dumps({"id": k, "text_sha256": text_digest(v), "queries": [f"about {k}"],
+                                        "continuation": "more"}) + "\n" for k, v in texts.items()))
+    plain.write_text("".join(v + "\n" for v in texts.values()))
+    args = MasterArguments(master_tasks="dor", master_side_texts=str(side))
+    with pytest.raises(MasterSetupError, match=r"none of its 2 record ids \(first: 'a'\) is a document id of .*"
+                                               r"corpus.txt \(first: '1'\)"):
+        MASTER.prepare_arguments(args, plain, "unused")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n"
+                              for k, v in {**texts, "c": "a third passage"}.items()))
+    with caplog.at_level("WARNING", logger="retromae_ir.pretrain.master"):
+        assert MASTER.prepare_arguments(args, corpus, "unused") == args
+    assert "side texts for 2 of the 3 documents" in caplog.text
