@@ -105,6 +105,40 @@ def test_pretraining_killed_after_a_checkpoint_then_resumed_gives_the_uninterrup
     assert not (interrupted / "model.safetensors").exists()
     run(pretrain(interrupted, "--resume"))
     assert_same_weights(tmp_path / "straight", interrupted)
+    # the loss curve too: killed between the checkpoint and loss.csv's rewrite, steps 1-2 used to be lost for good
+    assert (interrupted / "loss.csv").read_text() == (tmp_path / "straight" / "loss.csv").read_text()
+
+
+def test_a_resume_keeps_the_loss_rows_a_kill_before_loss_csv_was_rewritten_would_lose(tiny_bert_dir, tmp_path,
+                                                                                      monkeypatch):
+    """Checkpoint step-3 published, then killed before loss.csv (last written at step 2) had steps 3: the resumed
+    curve used to come from loss.csv and miss step 3 for good. The checkpoint carries its own curve now."""
+    from retromae_ir.pretrain.__main__ import main
+    from retromae_ir.training.trainer import Trainer
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 40)
+
+    def argv(output: Path, *extra: str) -> list[str]:
+        return ["--method", "dupmae", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(output),
+                "--max-length", "32", "--batch-size", "4", "--max-steps", "5", "--save-steps", "3",
+                "--logging-steps", "2", "--seed", "3", "--device", "cpu", *extra]
+
+    main(argv(tmp_path / "straight"))
+    real = Trainer._write_curves
+
+    def killed_at_the_checkpoint(self):
+        if self.step == 3:
+            raise KeyboardInterrupt
+        real(self)
+
+    monkeypatch.setattr(Trainer, "_write_curves", killed_at_the_checkpoint)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        main(argv(tmp_path / "killed"))
+    monkeypatch.undo()
+    assert (tmp_path / "killed" / "checkpoints" / "step-3").is_dir()
+    assert [line.split(",")[0] for line in (tmp_path / "killed" / "loss.csv").read_text().split()[1:]] == ["1", "2"]
+    main(argv(tmp_path / "killed", "--resume"))
+    assert (tmp_path / "killed" / "loss.csv").read_text() == (tmp_path / "straight" / "loss.csv").read_text()
 
 
 def test_finetuning_killed_after_a_checkpoint_then_resumed_gives_the_uninterrupted_weights(tiny_bert_dir, tmp_path):
@@ -129,6 +163,7 @@ def test_finetuning_killed_after_a_checkpoint_then_resumed_gives_the_uninterrupt
     assert not (interrupted / "card.yaml").exists()
     run(finetune(interrupted, "--resume"))
     assert_same_weights(tmp_path / "straight", interrupted)
+    assert (interrupted / "loss.csv").read_text() == (tmp_path / "straight" / "loss.csv").read_text()
 
 
 def test_a_publish_killed_midway_leaves_no_finished_marker(tmp_path, monkeypatch):

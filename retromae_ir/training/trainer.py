@@ -298,7 +298,10 @@ class Trainer:
         self.step = state["step"]
         if "plan" in state:
             self.plan = self._replanned(LinearPlan(**state["plan"]))
-        self.history = [row for row in read_loss_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
+        if "history" in state:  # the loss curve up to the checkpoint's step, whatever loss.csv held at the kill
+            self.history = list(state["history"])
+        else:  # a checkpoint from before it kept its curve
+            self.history = [row for row in read_loss_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
         log.info("resumed from %s at step %d", checkpoint, self.step)
 
     def _replanned(self, saved: LinearPlan) -> LinearPlan:
@@ -423,7 +426,8 @@ class Trainer:
                 self.model.save(tmp, self._metadata())
                 (tmp / STATE_DIR).mkdir()
                 torch.save({"optimizer": self.optimizer.state_dict(), "plan": asdict(self.plan),
-                            "step": self.step, "seed": self.args.seed, "world_size": self.world_size},
+                            "step": self.step, "seed": self.args.seed, "world_size": self.world_size,
+                            "history": self.history},  # loss.csv is rewritten after the checkpoint is published
                            tmp / STATE_DIR / "state.pt")
                 run = {"identity": self.identity, "digest": identity_digest(self.identity), "step": self.step}
                 (tmp / STATE_DIR / IDENTITY_FILE).write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
