@@ -489,6 +489,10 @@ def test_bad_trec_dl_input(world, tmp_path, capsys, case):
     ("conditions: [unclosed\n", r"conditions\.yaml: not valid YAML"),
     ("- just a list\n", r"conditions\.yaml: expected a mapping"),
     ("conditions:\n  - name: x\n    colour: blue\n", r"conditions\.yaml: condition 1 \(x\)"),
+    ("conditions:\n  - {name: x, dataset: scifact, retriever: bm25, expected: {}}\n",
+     r"conditions\.yaml: condition 'x' needs 'expected'"),
+    ("conditions:\n  - {name: x, dataset: scifact, retriever: bm25, expected: {ndcg@10: .nan}}\n",
+     r"conditions\.yaml: condition 'x' needs 'expected': a mapping of metric to a finite score"),
 ])
 def test_bad_reproduction_matrix(tmp_path, capsys, content, message):
     conditions = tmp_path / "conditions.yaml"

@@ -78,6 +78,9 @@ def test_scores_are_read_from_the_results_table_and_compared(tmp_path):
     assert scores == {"ndcg@10": 0.5004, "recall@100": 0.8}
     assert compare(condition, scores, 0.001) == ["recall@100: expected 0.9000, got 0.8000"]
     assert compare(condition, {"ndcg@10": 0.5004}, 0.001)[0] == "recall@100: expected 0.9000, got nothing"
+    # an empty cell reads as NaN, which no tolerance test rejects by itself
+    assert compare(condition, {"ndcg@10": float("nan"), "recall@100": 0.9}, 0.001) == [
+        "ndcg@10: expected 0.5000, got nan"]
 
 
 def test_docs_show_every_condition_with_its_command(matrix_file):

@@ -9,6 +9,7 @@ are the ones a user would type, so the generated docs show exactly what was run.
 """
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import shutil
@@ -88,6 +89,10 @@ class Matrix:
                                  "(letters, digits, '.', '_', '-'; its runs go to RUNS_ROOT/<name>/, emptied first)")
             if (condition.retriever is None) == (condition.encoder is None):
                 raise ValueError(f"{path}: condition {condition.name!r} needs exactly one of retriever / encoder")
+            if not isinstance(condition.expected, dict) or not condition.expected or not all(
+                    isinstance(v, (int, float)) and math.isfinite(v) for v in condition.expected.values()):
+                raise ValueError(f"{path}: condition {condition.name!r} needs 'expected': a mapping of metric to a "
+                                 f"finite score, got {condition.expected!r} (a condition without one checks nothing)")
             if condition.name in conditions:
                 raise ValueError(f"{path}: condition {condition.name!r} is declared twice")
             conditions[condition.name] = condition
@@ -119,7 +124,7 @@ def compare(condition: Condition, scores: dict[str, float], tolerance: float) ->
     failures = []
     for metric, expected in condition.expected.items():
         got = scores.get(metric)
-        if got is None or abs(got - expected) > tolerance:
+        if got is None or not math.isfinite(got) or abs(got - expected) > tolerance:  # NaN compares as close
             failures.append(f"{metric}: expected {expected:.4f}, got {'nothing' if got is None else f'{got:.4f}'}")
     return failures
 
