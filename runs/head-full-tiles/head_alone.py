@@ -24,6 +24,15 @@ CASES = {"10 x 256 tokens": [256] * 10, "16 x 150-165 tokens": list(range(150, 1
          "12 x 200-244 tokens": list(range(200, 240, 4)) + [230, 235], "40 x 60 tokens": [60] * 40}
 
 
+def batch(lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random hidden states of documents of ``lengths`` tokens (with [CLS] and [SEP]) and their ordinary-token mask."""
+    hidden = torch.randn(len(lengths), max(lengths), 384)
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.bool)
+    for row, length in enumerate(lengths):
+        mask[row, 1:length - 1] = True
+    return hidden, mask
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="runs/head-full-tiles/head_alone.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,10 +50,7 @@ def main() -> None:
     print("| batch (tokens with [CLS] and [SEP]) | GFLOP/s | of the ceiling |\n| --- | --- | --- |")
     with torch.inference_mode():
         for name, lengths in CASES.items():
-            hidden = torch.randn(len(lengths), max(lengths), 384)
-            mask = torch.zeros(len(lengths), max(lengths), dtype=torch.bool)
-            for row, length in enumerate(lengths):
-                mask[row, 1:length - 1] = True
+            hidden, mask = batch(lengths)
             flops = 2 * (384 * 384 + 384 * 30522) * int(mask.sum())
             speed = gflops(lambda: max_pool_logits(head, hidden, mask, rows=args.rows), flops, "cpu", 0.5)
             print(f"| {name} | {speed:.0f} | {speed / ceiling:.2f} |", flush=True)

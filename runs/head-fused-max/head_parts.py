@@ -17,7 +17,7 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertOnlyMLMHead
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "head-full-tiles"))
-from head_alone import CASES  # noqa: E402
+from head_alone import CASES, batch  # noqa: E402
 
 from retromae_ir.encode.packed_linear import PackedLinear  # noqa: E402
 from retromae_ir.encode.representation import CPU_ROWS, max_pool_logits, row_tiles  # noqa: E402
@@ -55,10 +55,7 @@ def main() -> None:
           "| head with the rest fused away: of the ceiling |\n| --- | --- | --- | --- | --- | --- | --- |")
     with torch.inference_mode():
         for name, lengths in CASES.items():
-            hidden = torch.randn(len(lengths), max(lengths), 384)
-            mask = torch.zeros(len(lengths), max(lengths), dtype=torch.bool)
-            for row, length in enumerate(lengths):
-                mask[row, 1:length - 1] = True
+            hidden, mask = batch(lengths)
             packed = hidden[mask]
             rows = transform(packed)
             spans = [(begin, end) for begin, end, _ in row_tiles(mask.sum(1).tolist(), CPU_ROWS)]
