@@ -46,6 +46,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from retromae_ir.cli import Repeatable
+
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -548,8 +550,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="encode rounds; the best of each is kept")
     parser.add_argument("--bf16-docs", type=int, default=64,
                         help="documents of the bf16 / int8 quality check (precision step, on the CPU)")
-    parser.add_argument("--candidates", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--skip", nargs="*", default=[], choices=list(STEP_INPUTS),
+    parser.add_argument("--candidates", type=int, nargs="+", action=Repeatable, default=[10, 100, 1000])
+    parser.add_argument("--skip", nargs="*", action=Repeatable, default=[], choices=list(STEP_INPUTS),
                         help="steps to leave out (sizes: the index sizes, which read --index)")
     args = parser.parse_args(argv)
     for step, inputs in STEP_INPUTS.items():

@@ -33,6 +33,7 @@ from retromae_ir.evaluate import evaluate_run  # noqa: E402
 from retromae_ir.evaluate.beir_suite import judged_queries  # noqa: E402
 from retromae_ir.io import atomic_write  # noqa: E402
 from retromae_ir.search.retriever import EncoderRetriever  # noqa: E402
+from retromae_ir.cli import Repeatable  # noqa: E402
 
 METRICS = ("ndcg@10", "recall@100")
 
@@ -72,7 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="benchmarks/precision_ndcg.py", description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, required=True, help="BEIR layout: corpus.jsonl, queries.jsonl, qrels/")
     parser.add_argument("--encoder", required=True, help="encoder card name or path")
-    parser.add_argument("--modes", nargs="+", default=None, help="default: dense, plus sparse and hybrid for DupMAE")
+    parser.add_argument("--modes", nargs="+", action=Repeatable, default=None, help="default: dense, plus sparse and hybrid for DupMAE")
     parser.add_argument("--index-root", type=Path, required=True)
     parser.add_argument("--index-name", required=True, help="the fp32 index's name; the other gets NAME-<dtype>")
     parser.add_argument("--dtype", choices=["int8", "bf16"], default="int8",

@@ -22,10 +22,13 @@ import sys
 import time
 from pathlib import Path
 
+from retromae_ir.cli import Repeatable
+
 AUTHORS = {  # RetroMAE authors' code, HF Trainer, fp32, MiniLM masked LM, 2 threads (docs: environment.md)
     ("retromae", 128): 3.9, ("dupmae", 128): 3.4, ("retromae", 512): 0.62, ("dupmae", 512): 0.57}
 SHAPES = {128: 16, 512: 4}  # max length -> batch size, as in the authors' measurements
 BACKBONES = ("minilm", "bert-base-random")
+
 
 
 def backbone_dir(name: str, workdir: Path) -> str:
@@ -137,10 +140,10 @@ def markdown(report: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="benchmarks/pretrain_speed.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=["retromae", "dupmae", "master"])
-    parser.add_argument("--backbones", nargs="+", default=list(BACKBONES), choices=BACKBONES)
-    parser.add_argument("--lengths", nargs="+", type=int, default=[128, 512], choices=sorted(SHAPES))
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--methods", nargs="+", action=Repeatable, default=["retromae", "dupmae", "master"])
+    parser.add_argument("--backbones", nargs="+", action=Repeatable, default=list(BACKBONES), choices=BACKBONES)
+    parser.add_argument("--lengths", nargs="+", action=Repeatable, type=int, default=[128, 512], choices=sorted(SHAPES))
+    parser.add_argument("--precisions", nargs="+", action=Repeatable, default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--steps", type=int, default=2, help="timed optimizer steps after one warm-up step")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")

@@ -19,7 +19,7 @@ from pathlib import Path
 from retromae_ir.data.beir import BEIR_DATASETS
 from retromae_ir.evaluate.beir_suite import BeirSuite, result_notes, write_results
 from retromae_ir.evaluate.report import format_markdown
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import Repeatable, add_debug_flag, command
 from retromae_ir.evaluate.retrievers import add_retriever_arguments, check_retriever_arguments, evaluation_session
 from retromae_ir.evaluate.runs import EvaluationError
 
@@ -27,7 +27,7 @@ from retromae_ir.evaluate.runs import EvaluationError
 def parse_args(argv=None) -> argparse.Namespace:
     parser = add_debug_flag(argparse.ArgumentParser(prog="eval/beir_all.py", description=__doc__.split("\n")[0]))
     add_retriever_arguments(parser)
-    parser.add_argument("--datasets", nargs="+", choices=list(BEIR_DATASETS), metavar="NAME",
+    parser.add_argument("--datasets", nargs="+", action=Repeatable, choices=list(BEIR_DATASETS), metavar="NAME",
                         help="default: all 18 (those that cannot be resolved are listed, not fatal); a dataset "
                              "named here that cannot be resolved is an error (exit 2)")
     parser.add_argument("--data-dir", type=Path, help="folder holding <dataset>/corpus.jsonl; when given, the only "

@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import Repeatable, add_debug_flag, command
 
 DTYPES = ("auto", "bf16", "fp32")
 
@@ -33,12 +33,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="DPR's psgs_w100.tsv (id<TAB>text<TAB>title, header line; .gz too)")
     parser.add_argument("--qas", type=Path, required=True,
                         help="DPR's nq-test.qa.csv (question<TAB>python list of answers, no header)")
-    parser.add_argument("--modes", nargs="+", choices=["dense", "sparse", "hybrid"],
+    parser.add_argument("--modes", nargs="+", action=Repeatable, choices=["dense", "sparse", "hybrid"],
                         help="default: dense, sparse and hybrid for a DupMAE card, dense for a dense-only card")
     parser.add_argument("--output", type=Path, help="runs, DPR JSON and tables (default runs/<card>/nq)")
     parser.add_argument("--index-dir", type=Path, help="the encoded corpus (default indexes/<card>/nq-dpr: BEIR's "
                         "nq, another corpus, is indexes/<card>/nq)")
-    parser.add_argument("--top-k", type=int, nargs="+", default=[1, 5, 20, 100], help="accuracy cut-offs")
+    parser.add_argument("--top-k", type=int, nargs="+", action=Repeatable, default=[1, 5, 20, 100], help="accuracy cut-offs")
     parser.add_argument("--hits", type=int, default=None, help="passages kept per question (default: largest k)")
     parser.add_argument("--shard-id", type=int, default=None, help="encode only this shard (0-based), then exit")
     parser.add_argument("--shard-count", "--shard-num", type=int, default=1,

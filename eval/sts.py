@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import Repeatable, add_debug_flag, command
 from retromae_ir.evaluate.sts import ENV_VAR, STS_SETS
 
 logger = logging.getLogger("eval.sts")
@@ -28,7 +28,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--encoder", required=True,
                         help="an encoder card: a name in encoders/ (e.g. minilm-mean) or a YAML path (a fine-tuned "
                              "checkpoint's card.yaml)")
-    parser.add_argument("--sets", nargs="+", choices=list(STS_SETS), default=list(STS_SETS), metavar="NAME",
+    parser.add_argument("--sets", nargs="+", action=Repeatable, choices=list(STS_SETS), default=list(STS_SETS), metavar="NAME",
                         help=f"default: all ({', '.join(STS_SETS)}); each must be found")
     parser.add_argument("--data-dir", type=Path,
                         help=f"folder holding STS12-en-test/ ... stsb-en-test.csv, SICK-test.tsv; when given, the "

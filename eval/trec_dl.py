@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from retromae_ir.evaluate.report import format_markdown, write_table
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import Repeatable, add_debug_flag, command
 from retromae_ir.evaluate.retrievers import add_retriever_arguments, check_retriever_arguments, evaluation_session
 from retromae_ir.evaluate.trec_dl import TOPIC_SETS, evaluate_topic_set
 
@@ -25,7 +25,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_retriever_arguments(parser)
     parser.add_argument("--collection", type=Path, required=True,
                         help="MS MARCO passage collection.tsv (pid<TAB>passage), or a BEIR-style corpus.jsonl")
-    parser.add_argument("--sets", nargs="+", choices=list(TOPIC_SETS), default=list(TOPIC_SETS))
+    parser.add_argument("--sets", nargs="+", action=Repeatable, choices=list(TOPIC_SETS), default=list(TOPIC_SETS))
     parser.add_argument("--topics-dir", type=Path,
                         help="folder of Anserini topic/qrels files (default $RETROMAE_IR_TOPICS, else Pyserini names)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))

@@ -21,6 +21,16 @@ DEBUG_FLAG = "--debug"
 DEBUG_HELP = f"show the traceback of an error (also {DEBUG_ENV}=1)"
 
 
+class Repeatable(argparse.Action):
+    """A list flag (``nargs``) that may be given more than once: ``--set a=1 --set b=2`` means both (argparse's
+    ``store`` kept the last one silently, and its ``extend`` adds to a non-empty default instead of replacing it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        earlier = [] if current is None or current is self.default else list(current)
+        setattr(namespace, self.dest, earlier + list(values))
+
+
 def add_debug_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """List ``--debug`` in ``parser``'s help. ``command`` takes the flag out of argv before any parser sees it, so
     it is accepted anywhere on the line (after a subcommand too) and never reaches a parser's namespace."""

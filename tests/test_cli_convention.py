@@ -95,3 +95,17 @@ def test_no_message_or_doc_names_an_underscored_flag():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              for match in UNDERSCORE_FLAG.findall(line)]
     assert not found, found
+
+
+def test_a_list_flag_given_twice_keeps_both_and_replaces_its_default():
+    """`--set epochs=3 --set distill=true` kept only distill=true (argparse's store), exit 0."""
+    import argparse
+
+    from retromae_ir.chain.__main__ import build_parser
+    from retromae_ir.cli import Repeatable
+
+    assert build_parser().parse_args(["--set", "epochs=3", "--set", "distill=true"]).set == ["epochs=3", "distill=true"]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sets", nargs="+", action=Repeatable, default=["a", "b"])
+    assert parser.parse_args([]).sets == ["a", "b"]
+    assert parser.parse_args(["--sets", "c", "--sets", "d"]).sets == ["c", "d"]

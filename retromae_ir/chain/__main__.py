@@ -15,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import Repeatable, add_debug_flag, command
 
 log = logging.getLogger("retromae_ir.chain")
 
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-lucene", action="store_true",
                         help="a host without Java: indexes without their Lucene impact index, no BM25 baseline "
                              "(every stage is still searched by the exact hybrid searcher)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+    parser.add_argument("--set", nargs="*", action=Repeatable, default=[], metavar="FIELD=VALUE",
                         help="override settings of retromae_ir/chain/config.py::ChainConfig")
     return add_debug_flag(parser)
 

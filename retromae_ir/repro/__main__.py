@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import Repeatable, add_debug_flag, command
 from retromae_ir.io import atomic_write
 from retromae_ir.repro.matrix import CONDITIONS_FILE, Matrix, render_docs, run_condition
 
@@ -15,7 +15,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = add_debug_flag(argparse.ArgumentParser(prog="python -m retromae_ir.repro", description=__doc__))
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--list", action="store_true", help="list the conditions")
-    what.add_argument("--condition", nargs="+", metavar="NAME", help="run these conditions")
+    what.add_argument("--condition", nargs="+", action=Repeatable, metavar="NAME", help="run these conditions")
     what.add_argument("--all", action="store_true", help="run every condition")
     what.add_argument("--docs", type=Path, metavar="FILE", help="write the markdown page of the matrix")
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
