@@ -73,7 +73,7 @@ def run(spec, args) -> None:
     import torch
 
     from retromae_ir.chain.report import report
-    from retromae_ir.chain.stages import check_chain_folder, corpus_title, run_chain
+    from retromae_ir.chain.stages import check_chain_inputs, corpus_title, run_chain
     from retromae_ir.data.beir import resolve_beir
     from retromae_ir.hardware import bf16_is_fast
     from retromae_ir.io import output_lock
@@ -81,7 +81,7 @@ def run(spec, args) -> None:
 
     config = spec.config.replace(args.set)
     folder = args.folder or resolve_beir(spec.dataset, args.data_dir)
-    check_chain_folder(Path(folder))
+    check_chain_inputs(Path(folder), config, args.pretrained)
     output = args.output or Path("outputs") / f"chain-{spec.name}"
     bf16 = args.bf16 if args.bf16 is not None else bf16_is_fast("cuda" if torch.cuda.is_available() else "cpu")
     with output_lock(output):

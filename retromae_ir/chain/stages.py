@@ -519,19 +519,23 @@ def corpus_title(folder: Path, config: ChainConfig) -> str:
 CHAIN_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv")
 
 
-def check_chain_folder(folder: Path) -> None:
-    """Refuse a dataset folder that lacks a file the chain reads, before any output exists."""
+def check_chain_inputs(folder: Path, config: ChainConfig, pretrained: Path | None = None) -> None:
+    """Refuse, before any output exists, a dataset folder that lacks a file the chain reads, and a ``pretrained``
+    folder that is no finished pre-training or that this chain would not start from."""
     missing = [name for name in CHAIN_FILES if not (Path(folder) / name).is_file()]
     if missing:
         raise ValueError(f"{folder}: not a BEIR-layout folder with a train split; missing {', '.join(missing)}")
+    if pretrained is not None and not (pretrained / "config.json").is_file():
+        raise ValueError(f"--pretrained {pretrained}: no config.json, not a finished pre-training output")
+    if pretrained is not None and not config.pretrain:
+        raise ValueError(f"--pretrained {pretrained}: this chain does not pre-train (pretrain: false), so it would "
+                         "start from the model instead; add --set pretrain=true to start from the pre-training")
 
 
 def run_chain(folder: Path, output: Path, config: ChainConfig, model: str | None = None, bf16: bool = False,
               pretrained: Path | None = None, lucene: bool = True) -> list[Chain]:
     """Every stage of the chain (and its ablation, when configured) over ``folder``, results under ``output``."""
-    check_chain_folder(folder)
-    if pretrained is not None and not (pretrained / "config.json").is_file():
-        raise ValueError(f"--pretrained {pretrained}: no config.json, not a finished pre-training output")
+    check_chain_inputs(folder, config, pretrained)
     output.mkdir(parents=True, exist_ok=True)
     chains = [Chain(folder, chain_corpus(folder, output, config), output, config, model, bf16, pretrained, lucene)]
     if config.ablation and config.pretrain:

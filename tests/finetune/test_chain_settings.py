@@ -385,3 +385,21 @@ def test_stage_one_is_keyed_on_the_file_it_trains_on(tmp_path, group):
     Chain.finetune(chain, "1-stage1", "1", tmp_path / "0-start.yaml", Chain.stage1_data(chain), group)
     expected = (negatives,) if group > 1 else chain.train_files
     assert recorded["1-stage1"] == (tmp_path / "0-start.yaml", chain.corpus, *expected)
+
+
+def test_a_given_pretraining_on_a_chain_that_does_not_pretrain_is_refused(tmp_path, capsys):
+    """scifact-quick has pretrain: false: --pretrained DIR was recorded as the start while MiniLM was, exit 0."""
+    from retromae_ir.chain.__main__ import main
+
+    folder, pretrained = tmp_path / "data", tmp_path / "pt"
+    (folder / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv"):
+        (folder / name).write_text("")
+    pretrained.mkdir()
+    (pretrained / "config.json").write_text("{}")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--chain", "scifact-quick", "--folder", str(folder), "--pretrained", str(pretrained),
+              "--output", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    assert "does not pre-train (pretrain: false)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
