@@ -269,18 +269,28 @@ def load_msmarco_queries(path: PathLike, stats: ReadStats | None = None) -> dict
     return dict(iter_tsv_topics(path, stats))
 
 
-_TREC_TAG = re.compile(r"<(/?top|num|title|desc|narr)>(.*)", re.I)
+_TREC_TAG = re.compile(r"<(/?[a-z]+)>(.*)", re.I)
+_TREC_CLOSE = re.compile(r"(</top>)", re.I)
 _TREC_LABEL = re.compile(r"^\s*(?:Number|Topic):", re.I)
+_TREC_FIELDS = ("num", "title", "desc", "narr")  # others (TREC 1-3's <dom>, <con>, <fac>, <def>, <smry>) are skipped
 
 
 def iter_trec_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[tuple[str, str]]:
     """Stream ``(qid, title)`` from classic TREC topics (``<top> <num> Number: N <title> ... </top>``);
-    a title may run over several lines, up to the next tag; a numeric id loses its leading zeros."""
+    a title may run over several lines, up to the next tag (any tag: TREC 1-3's ``<dom>`` lines end it too); a
+    numeric id loses its leading zeros. ``</top>`` may end a text line; a topic left open at the end of the file
+    (a truncated download) is an error, not a topic fewer."""
     path = Path(path)
 
-    def records():
-        start, fields, current = 0, {}, None
+    def pieces():  # (line number, text) with every </top> a piece of its own
         for number, line in iter_lines(path):
+            for piece in _TREC_CLOSE.split(line):
+                if piece.strip():
+                    yield number, piece
+
+    def records():
+        start, fields, current = None, {}, None
+        for number, line in pieces():
             tag = _TREC_TAG.match(line.strip())
             if tag is None:
                 if current is not None:
@@ -291,13 +301,18 @@ def iter_trec_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator
                 start, fields, current = number, {}, None
             elif name == "/top":
                 if not fields.get("num", "").strip() or "title" not in fields:
-                    raise DataFormatError(f"{path}:{start}: TREC topic without <num> or <title>")
+                    raise DataFormatError(f"{path}:{start or number}: TREC topic without <num> or <title>")
                 qid, title = fields["num"].strip(), " ".join(fields["title"].split())
                 qid = str(int(qid)) if qid.isdigit() else qid  # "051" is topic 51 (Anserini's reader, the qrels)
                 yield start, qid, title, (qid, title)
-                current = None
-            else:
+                start, current = None, None
+            elif name in _TREC_FIELDS:
                 fields[name], current = rest, name
+            else:
+                current = None
+        if start is not None:
+            raise DataFormatError(f"{path}:{start}: TREC topic opened here is not closed by </top> before the end "
+                                  f"of the file (a truncated file?)")
 
     return _checked(path, records(), stats, unique=True, queries=True)
 

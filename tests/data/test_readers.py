@@ -175,6 +175,23 @@ def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
     assert list(load_topics(topics)) == ["1", "2"] and list(load_qrels(qrels)) == ["1"]
 
 
+def test_trec_1_to_3_topics_keep_their_ids_and_a_closing_tag_may_end_a_line(tmp_path):
+    """TREC 1-3's untagged <dom> line ran into <num>'s text ('51 <dom> Domain: ...' as the id), and a </top> at the
+    end of a text line was not seen (the topic was dropped)."""
+    path = write(tmp_path / "topics.51-100.txt", (
+        "<top>\n<head> Tipster Topic Description\n<num> Number:  051\n<dom> Domain:  International Economics\n"
+        "<title> Topic:  Airbus Subsidies\n<desc> Description:\nDocument will discuss\n</top>\n"
+        "<top>\n<num> Number: 052\n<title> South African Sanctions </top>\n"))
+    assert load_topics(path) == {"51": "Airbus Subsidies", "52": "South African Sanctions"}
+
+
+def test_a_trec_topic_left_open_at_the_end_is_an_error_not_a_topic_fewer(tmp_path):
+    path = write(tmp_path / "topics.txt", "<top>\n<num> Number: 1\n<title> a\n</top>\n<top>\n<num> Number: 2\n"
+                                          "<title> cut off here")
+    with pytest.raises(DataFormatError, match=r"topics\.txt:5: TREC topic opened here is not closed"):
+        load_topics(path)
+
+
 def test_topics_trec_without_title_names_the_topic_line(tmp_path):
     path = write(tmp_path / "topics.txt", "<top>\n<num> Number: 1\n<title> a\n</top>\n<top>\n<num> Number: 2\n</top>\n")
     with pytest.raises(DataFormatError, match=r"topics\.txt:5: TREC topic without <num> or <title>"):
