@@ -243,6 +243,9 @@ def iter_msmarco_collection(path: PathLike, stats: ReadStats | None = None,
     def records():
         for number, line in iter_lines(path):
             pid, text = _split_tsv(path, number, line, 2, "'pid<TAB>passage'")
+            if number == 1 and "\t" in text:  # DPR's psgs_w100.tsv (id, text, title, a header) and the like
+                raise DataFormatError(f"{path}:1: {line.count(chr(9)) + 1} tab-separated columns ({line[:80]!r}); an "
+                                      f"MS MARCO collection has 2, 'pid<TAB>passage' (the rest would become text)")
             yield number, pid, text, Document(pid, "", text)
 
     return _checked(path, records(), stats, unique)

@@ -140,6 +140,10 @@ def read_triples(path: str | Path) -> list[TrainExample]:
             raise DataFormatError(f"{path}:{number}: expected 'query<TAB>positive<TAB>negative' (3 non-empty "
                                   f"columns), got {len(fields)} column(s): {line[:80]!r}")
         query, positive, negative = (f.strip() for f in fields)
+        if not by_query and (query.lower() in ("query-id", "query_id", "qid")  # a qrels header, or numbers only
+                             or all(f.isdigit() for f in (query, positive, negative))):
+            raise DataFormatError(f"{path}:{number}: {line.strip()[:80]!r} holds ids, not texts: qrels (or MS MARCO's "
+                                  f"id triples) train with --queries FILE --qrels FILE --corpus FILE, not --train")
         example = by_query.setdefault(query, TrainExample(query, [], []))
         if positive not in example.positives:
             example.positives.append(positive)

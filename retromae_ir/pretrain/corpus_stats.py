@@ -42,7 +42,8 @@ from retromae_ir.pretrain.keywords import CorpusStats, CorpusStatsError, count_c
 
 LOG = logging.getLogger(__name__)
 
-KEY_VERSION = 1  # bump when the counting changes: every cached file then misses and is counted afresh
+KEY_VERSION = 2  # bump when the counting changes: every cached file then misses and is counted afresh (2: the
+# corpus as pretrain.data.iter_documents reads it from CACHE_VERSION 4: JSONL titles joined, .tsv as MS MARCO)
 CACHE_SUBDIR = "corpus_stats"
 LOCK_POLL_S = 2.0  # how often a process waiting for another's counting retries the lock
 # the parts of a fast tokenizer's serialisation that decide how a text splits into pieces (not its padding or

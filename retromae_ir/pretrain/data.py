@@ -17,13 +17,13 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from retromae_ir.data.readers import DataFormatError, iter_beir_corpus, iter_lines
+from retromae_ir.data.readers import DataFormatError, iter_beir_corpus, iter_lines, iter_msmarco_collection, joined
 from retromae_ir.io import atomic_write, file_digest
 from retromae_ir.pretrain.collate import Segment
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 3  # 3: a {"text"} JSONL with a repeated id is refused (its cached segments were mixed)
+CACHE_VERSION = 4  # 4: a {"text"} JSONL's title is joined, a .tsv read as MS MARCO; 3: a repeated id is refused
 TOKENIZE_CHUNK = 512
 
 
@@ -32,13 +32,17 @@ class CorpusError(ValueError):
 
 
 def iter_documents(path: str | Path) -> Iterator[tuple[str, str]]:
-    """Yield ``(docid, text)`` from a BEIR corpus, a ``{"text"}`` JSONL or a plain-text file."""
+    """Yield ``(docid, text)`` from a BEIR corpus, a ``{"text"}`` JSONL (its ``title`` joined as BEIR's is), an MS
+    MARCO collection (``*.tsv[.gz]``, as encoding reads it) or a plain-text file (a document a line)."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"corpus file not found: {path}")
     first = next(iter_lines(path), None)
     if first is None:
         raise CorpusError(f"corpus {path} is empty")
+    if path.name.removesuffix(".gz").endswith(".tsv"):  # read as text, 'pid<TAB>' would be in every segment
+        yield from ((doc.docid, doc.contents) for doc in iter_msmarco_collection(path))
+        return
     record = _maybe_json(first[1])
     if record is None:
         yield from ((str(number), line.strip()) for number, line in iter_lines(path))
@@ -74,7 +78,8 @@ def _iter_text_jsonl(path: Path) -> Iterator[tuple[str, str]]:
             raise DataFormatError(f"{path}:{number}: duplicate id {docid!r} (one document a line, each its own id; "
                                   f"a line without one is keyed by its line number)")
         seen.add(docid)
-        yield docid, record["text"]
+        title = record.get("title")
+        yield docid, joined(title, record["text"]) if isinstance(title, str) else record["text"]
 
 
 class SegmentTable(Sequence[Segment]):

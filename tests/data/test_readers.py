@@ -198,6 +198,16 @@ def test_topics_trec_without_title_names_the_topic_line(tmp_path):
         load_topics(path)
 
 
+def test_a_tsv_of_more_than_two_columns_is_not_read_as_a_collection(tmp_path):
+    """DPR's psgs_w100.tsv (id, text, title, with a header): its header became document 'id', titles ran into the
+    passages' text."""
+    from retromae_ir.data.readers import iter_corpus
+
+    path = write(tmp_path / "psgs_w100.tsv", 'id\ttext\ttitle\n1\t"Aaron is a prophet"\tAaron\n')
+    with pytest.raises(DataFormatError, match=r"psgs_w100\.tsv:1: 3 tab-separated columns .* has 2"):
+        list(iter_corpus(path))
+
+
 def test_topics_duplicate_qid(tmp_path):
     path = write(tmp_path / "topics.tsv", "1\ta\n2\tb\n1\tc\n")
     with pytest.raises(DataFormatError, match=r"topics\.tsv:3: duplicate id '1'"):

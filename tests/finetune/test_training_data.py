@@ -167,3 +167,13 @@ def test_nearly_uniform_teacher_scores_are_warned_about(caplog):
     sharp = [TrainExample("q", ["p"], ["n"], [4.0], [-1.0 - i]) for i in range(3)]
     assert check_teacher_spread(sharp, "soft.jsonl") == 6.0
     assert caplog.text == ""
+
+
+def test_qrels_or_id_triples_given_as_text_triples_are_refused(tmp_path):
+    """--train qrels/train.tsv trained on id strings ('0' -> '31715818'), with the header as a query, exit 0."""
+    for name, content in [("qrels.tsv", "query-id\tcorpus-id\tscore\n0\t31715818\t1\n"),
+                          ("qidpidtriples.tsv", "400296\t1540783\t3518497\n")]:
+        path = tmp_path / name
+        path.write_text(content)
+        with pytest.raises(DataFormatError, match=rf"{name}:1: .* holds ids, not texts: .*--queries FILE --qrels"):
+            read_triples(path)

@@ -24,6 +24,16 @@ def test_three_formats(tmp_path):
     assert list(iter_documents(tmp_path / "plain.txt")) == [("1", "first line"), ("3", "second line")]
 
 
+def test_a_tsv_collection_and_a_titled_jsonl_read_as_encoding_reads_them(tmp_path):
+    """collection.tsv was read as plain text ('0<TAB>passage', the pid in every segment, keyed by line number), and
+    an {"id", "title", "text"} JSONL lost its title."""
+    (tmp_path / "collection.tsv").write_text("0\tThe presence of communication\n7\tManhattan Project\n")
+    (tmp_path / "titled.jsonl").write_text(json.dumps({"id": "d1", "title": "Cells", "text": "divide"}) + "\n")
+    assert list(iter_documents(tmp_path / "collection.tsv")) == [("0", "The presence of communication"),
+                                                                  ("7", "Manhattan Project")]
+    assert list(iter_documents(tmp_path / "titled.jsonl")) == [("d1", "Cells divide")]
+
+
 def test_jsonl_without_text_is_refused(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"body": "x"}) + "\n")
     with pytest.raises(CorpusError, match="neither"):
