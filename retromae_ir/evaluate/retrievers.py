@@ -25,30 +25,44 @@ def add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index-dir", type=Path, default=Path("indexes"),
                         help="indexes go to INDEX_DIR/<retriever or card>/")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--k1", type=float, default=BM25Params.k1, help="BM25 k1")
-    parser.add_argument("--b", type=float, default=BM25Params.b, help="BM25 b")
-    parser.add_argument("--batch-size", type=int, default=64, help="encoding batch size (--encoder)")
-    parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
-                        help="encoding precision (--encoder): bf16 autocast or fp32; auto = bf16 where the hardware "
-                             "runs it natively (retromae_ir/hardware.py), as `encode corpus --dtype auto`")
+    # defaults None: a flag given to the other retriever is an error, not silently unused (make_retriever fills them)
+    parser.add_argument("--k1", type=float, default=None, help=f"BM25 k1 (default {BM25Params.k1})")
+    parser.add_argument("--b", type=float, default=None, help=f"BM25 b (default {BM25Params.b})")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"encoding batch size (--encoder; default {ENCODER_DEFAULTS['batch_size']})")
+    parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default=None,
+                        help="encoding precision (--encoder): bf16 autocast or fp32; auto (the default) = bf16 where "
+                             "the hardware runs it natively (retromae_ir/hardware.py), as `encode corpus --dtype auto`")
     add_compile_argument(parser, "with --encoder, as `encode corpus --compile`: ")
 
 
+ENCODER_DEFAULTS = {"batch_size": 64, "dtype": "auto"}
+BM25_DEFAULTS = {"k1": BM25Params.k1, "b": BM25Params.b}
+
+
 def check_retriever_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for flag in ("search", "compile"):
-        if getattr(args, flag) and not args.encoder:
-            parser.error(f"--{flag} goes with --encoder")
+    """Refuse a flag of the retriever not chosen: given, it would be accepted and ignored."""
+    for flag in ("search", "compile", *ENCODER_DEFAULTS):
+        if getattr(args, flag) is not None and not args.encoder:
+            parser.error(f"--{flag.replace('_', '-')} goes with --encoder")
+    for flag in BM25_DEFAULTS:
+        if getattr(args, flag) is not None and args.encoder:
+            parser.error(f"--{flag} goes with --retriever bm25, not --encoder")
 
 
 def make_retriever(args: argparse.Namespace):
     """An object with ``name`` and ``retrieve(corpus, index_name, queries)``."""
+    given = {**ENCODER_DEFAULTS, **BM25_DEFAULTS,
+             **{name: getattr(args, name) for name in (*ENCODER_DEFAULTS, *BM25_DEFAULTS)
+                if getattr(args, name) is not None}}
     if args.encoder:
         from retromae_ir.search.retriever import EncoderRetriever
 
-        return EncoderRetriever(args.encoder, args.search, args.index_dir, batch_size=args.batch_size,
-                                threads=args.threads, bf16=None if args.dtype == "auto" else args.dtype == "bf16",
+        return EncoderRetriever(args.encoder, args.search, args.index_dir, batch_size=given["batch_size"],
+                                threads=args.threads,
+                                bf16=None if given["dtype"] == "auto" else given["dtype"] == "bf16",
                                 compile_backend=args.compile)
-    return BM25Retriever(args.index_dir / "bm25", BM25Params(args.k1, args.b), args.threads)
+    return BM25Retriever(args.index_dir / "bm25", BM25Params(given["k1"], given["b"]), args.threads)
 
 
 @contextlib.contextmanager

@@ -89,3 +89,28 @@ def test_compile_reaches_the_retrievers_model(tiny_bert_dir, tmp_path):
     assert isinstance(openvino.model.backbone, OpenVINOBackbone)
     np.testing.assert_allclose(openvino.model.encode_passage(texts).dense, eager.model.encode_passage(texts).dense,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--encoder", "minilm-mean", "--k1", "1.2"], "--k1 goes with --retriever bm25, not --encoder"),
+    (["--encoder", "minilm-mean", "--b", "0.75"], "--b goes with --retriever bm25, not --encoder"),
+    (["--retriever", "bm25", "--batch-size", "8"], "--batch-size goes with --encoder"),
+    (["--dtype", "bf16"], "--dtype goes with --encoder"),
+])
+def test_a_flag_of_the_other_retriever_is_refused_not_ignored(capsys, argv, message):
+    """--k1/--b with an encoder (or --batch-size/--dtype with BM25) were parsed and unused, exit 0."""
+    with pytest.raises(SystemExit) as exit_:
+        beir_all.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_retrievers_defaults_are_the_documented_ones():
+    import argparse
+
+    from retromae_ir.evaluate.retrievers import add_retriever_arguments, make_retriever
+
+    parser = argparse.ArgumentParser()
+    add_retriever_arguments(parser)
+    bm25 = make_retriever(parser.parse_args([]))
+    assert (bm25.params.k1, bm25.params.b) == (0.9, 0.4)
+    assert make_retriever(parser.parse_args(["--k1", "1.2", "--b", "0.75"])).name != bm25.name
