@@ -106,3 +106,10 @@ def test_the_flop_count_is_the_work_that_runs():
     assert count(config, tokens, False).tolist() == [2 * 3 * (256 + 48)]
     assert count(config, tokens, False, first_token_last_layer=True).tolist() == [3 * (256 + 48) + 192 + 192 + 48]
     assert count(config, tokens, True, np.array([1])).tolist() == [2 * 3 * (256 + 48) + 2 * (16 + 40)]
+
+
+def test_one_round_is_refused_it_leaves_the_first_system_cold(encode_search, capsys):
+    with pytest.raises(SystemExit):
+        encode_search.parse_args(["--corpus", "c.jsonl", "--work", "W", "--rounds", "1",
+                                  "--skip", "precision", "search", "sizes"])
+    assert "--rounds must be at least 2" in capsys.readouterr().err
