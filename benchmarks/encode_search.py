@@ -462,7 +462,7 @@ def search_benchmark(args) -> dict:
 
     from retromae_ir.data.readers import load_qrels, load_topics
     from retromae_ir.encode import EncoderModel
-    from retromae_ir.encode.manifest import check_queries
+    from retromae_ir.encode.manifest import check_queries, manifest_precision, read_manifest
     from retromae_ir.evaluate import evaluate_run
     from retromae_ir.search import BruteForceScorer, ExactHybridSearcher
 
@@ -470,7 +470,9 @@ def search_benchmark(args) -> dict:
     topics = load_topics(args.topics)
     qrels = load_qrels(args.qrels)
     qids, texts = list(topics), list(topics.values())
-    model = EncoderModel.from_card(args.encoder, device="cpu")
+    # queries in the index's precision, as `encode queries --dtype auto` wrote Pyserini's file beside it
+    precision = manifest_precision(read_manifest(args.index))
+    model = EncoderModel.from_card(args.encoder, device="cpu", bf16=precision == "bf16")
     encoded = model.encode_query(texts)
     exact = {K: ExactHybridSearcher(args.index, model, candidates=K, threads=args.threads) for K in args.candidates}
     brute = BruteForceScorer(next(iter(exact.values())).index).search(encoded.dense, encoded.sparse, 10)
