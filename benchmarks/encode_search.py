@@ -241,12 +241,14 @@ OURS_DUPMAE_OPENVINO = "retromae_ir dupmae-minilm --compile openvino (dense + sp
 
 
 def encode_benchmark(args, start_routes: dict | None = None) -> dict:
-    """Documents/s of the encoders, interleaved in one process, best of ``--rounds`` (the machine is shared); the
-    matmul ceiling of ``--device`` in ``--dtype`` is re-measured before every round and its best is the reference.
+    """Documents/s of the encoders in one process, best of ``--rounds`` (the machine is shared), odd rounds in
+    reverse order; the matmul ceiling of ``--device`` in ``--dtype`` is the highest of ``start_routes`` (main's
+    measurement) and the routes measured before every round and after the last.
 
     Every encoder runs on ``--device`` in ``--dtype`` (bf16: autocast around Pyserini's ``encode`` calls, our
-    EncoderModel with ``bf16=True``); the int8 rows run on the CPU only. On a GPU each system first encodes one
-    untimed batch (CUDA start-up, kernel choice) and the clock is read after ``torch.cuda.synchronize()``.
+    EncoderModel with ``bf16=True``); the int8 rows run on the CPU only. Each system first encodes one untimed
+    batch (library start-up, kernel choice, first allocations); on a GPU the clock is read after
+    ``torch.cuda.synchronize()``.
 
     Pyserini's SPLADE encoder runs exactly as ``python -m pyserini.encode ... --encoder-class splade`` calls it
     (batches of 64, max length 256, autograd on as there: several [64, 256, 30522] fp32 tensors, 2 GB each, live

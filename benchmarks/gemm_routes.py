@@ -34,7 +34,6 @@ SHAPES = {"square 2048": (2048, 2048, 2048), "attention projection": (16384, 384
           "FFN in": (16384, 384, 1536), "FFN out": (16384, 1536, 384), "DupMAE decoder": (137, 384, 30522)}
 
 
-
 def main(argv=None) -> int:
     from encode_search import gflops  # benchmarks/ is the script's own folder, first on sys.path
 
@@ -46,7 +45,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=0.5, help="length of each timed round")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--tokens", type=int, nargs="+", action=Repeatable, help="time FFN-in at these token counts instead")
+    mode.add_argument("--tokens", type=int, nargs="+", action=Repeatable,
+                      help="time FFN-in at these token counts instead")
     mode.add_argument("--attention", action="store_true", help="time fused attention and MKL's product instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

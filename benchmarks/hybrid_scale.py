@@ -43,7 +43,6 @@ from retromae_ir.cli import Repeatable
 BLOCK = 4096  # documents generated per random block (the chunk size of the encode is a multiple)
 
 
-
 class Memory:
     """Peaks of VmRSS, RssAnon and RssFile of this process, sampled in a background thread."""
 
@@ -436,7 +435,8 @@ def main(argv=None) -> int:
     parser.add_argument("--zipf", type=float, default=0.8,
                         help="term probability ~ 1 / rank^zipf (0.8: a posting's term is in 8.3%% of the documents, "
                              "as in the trained scifact chain's stage-2 index, 8.5%%)")
-    parser.add_argument("--candidates", type=int, nargs="+", action=Repeatable, default=[100, 1000], help="K' of both searchers")
+    parser.add_argument("--candidates", type=int, nargs="+", action=Repeatable,
+                        default=[100, 1000], help="K' of both searchers")
     parser.add_argument("--hits", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -447,7 +447,8 @@ def main(argv=None) -> int:
                         help="faiss.index_factory string of the dense index both searchers use (default Flat, what "
                              "merge writes; e.g. SQfp16, HNSW32,Flat, IVF4096,Flat with --nprobe)")
     parser.add_argument("--nprobe", type=int, default=None, help="lists an IVF index searches")
-    parser.add_argument("--skip", nargs="*", action=Repeatable, default=[], choices=sorted(PHASES), help="phases not to run")
+    parser.add_argument("--skip", nargs="*", action=Repeatable,
+                        default=[], choices=sorted(PHASES), help="phases not to run")
     parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)  # a child process's phase
     args = parser.parse_args(argv)
     args.work = (args.work or Path(f"/tmp/hybrid_scale-{args.docs}")).resolve()

@@ -73,7 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="benchmarks/precision_ndcg.py", description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, required=True, help="BEIR layout: corpus.jsonl, queries.jsonl, qrels/")
     parser.add_argument("--encoder", required=True, help="encoder card name or path")
-    parser.add_argument("--modes", nargs="+", action=Repeatable, default=None, help="default: dense, plus sparse and hybrid for DupMAE")
+    parser.add_argument("--modes", nargs="+", action=Repeatable,
+                        default=None, help="default: dense, plus sparse and hybrid for DupMAE")
     parser.add_argument("--index-root", type=Path, required=True)
     parser.add_argument("--index-name", required=True, help="the fp32 index's name; the other gets NAME-<dtype>")
     parser.add_argument("--dtype", choices=["int8", "bf16"], default="int8",

@@ -30,7 +30,6 @@ SHAPES = {128: 16, 512: 4}  # max length -> batch size, as in the authors' measu
 BACKBONES = ("minilm", "bert-base-random")
 
 
-
 def backbone_dir(name: str, workdir: Path) -> str:
     """The packaged MiniLM, or a randomly initialised bert-base configuration saved once (no download)."""
     from retromae_ir.packaged import default_model
@@ -143,7 +142,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", action=Repeatable, default=["retromae", "dupmae", "master"])
     parser.add_argument("--backbones", nargs="+", action=Repeatable, default=list(BACKBONES), choices=BACKBONES)
     parser.add_argument("--lengths", nargs="+", action=Repeatable, type=int, default=[128, 512], choices=sorted(SHAPES))
-    parser.add_argument("--precisions", nargs="+", action=Repeatable, default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--precisions", nargs="+", action=Repeatable,
+                        default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--steps", type=int, default=2, help="timed optimizer steps after one warm-up step")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")

@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ from retromae_ir.process import run_child
 logger = logging.getLogger(__name__)
 WORK = ".work"
 SOURCES = "sources.json"
+STARTED = "started"  # beside SOURCES: time_ns of the encoding's first shard start, written once (merge's "newer")
 
 
 def read_corpus(path: str | os.PathLike) -> tuple[list[str], list[str]]:
@@ -101,6 +103,9 @@ def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_write(root / SOURCES) as out:  # every shard writes the same content
             json.dump(source, out, indent=2, sort_keys=True)
+        if not (root / STARTED).is_file():  # shards starting together write about the same time: either stays
+            with atomic_write(root / STARTED) as out:
+                out.write(str(time.time_ns()))
         chunks = range(start, end, chunk_size)
         for chunk_start in tqdm(chunks, desc=f"shard {shard_id}/{shard_num}", unit="chunk"):
             chunk_end = min(chunk_start + chunk_size, end)
@@ -168,17 +173,26 @@ def _refuse_newer_encodings(output: Path, card: EncoderCard, chosen: Path, sourc
     """Refuse ``chosen`` when an encoding of ``card`` with other vectors (other documents or precision, in any
     number of shards, int8 or not) was started after it: a merge told another shard count or the wrong ``--int8``
     would otherwise rebuild an older corpus's index over the newer one, exit 0."""
-    started, vectors = (chosen / SOURCES).stat().st_mtime_ns, (source["corpus_digest"], source["precision"])
+    started, vectors = _started(chosen), (source["corpus_digest"], source["precision"])
     for root in sorted((Path(output) / WORK).glob("*-of-*")):
         other = _read_source(root)
         if root == chosen or not other or not _encoded_by(other, card):
             continue
-        if (other["corpus_digest"], other["precision"]) != vectors and (root / SOURCES).stat().st_mtime_ns > started:
+        if (other["corpus_digest"], other["precision"]) != vectors and _started(root) > started:
             shards = int(root.name.rsplit("-of-", 1)[1])
+            unfinished = _unfinished(root, shards)
+            meant = (f"finish it (--shard-id {unfinished[0]} --shard-num {shards}) and merge it" if unfinished else
+                     f"merge it (--shard-num {shards}{' --int8' if other['precision'] == 'int8' else ''})")
             raise IndexMismatchError(
-                f"{output}/{WORK}: {root.name} ({_describe(other)}, {shards} shard(s)) was encoded after {chosen.name} "
-                f"({_describe(source)}), the one this merge would build; merge it (--shard-num {shards}"
-                f"{' --int8' if other['precision'] == 'int8' else ''}), or remove {root} to merge the older one")
+                f"{output}/{WORK}: {root.name} ({_describe(other)}, {shards} shard(s)) was started after "
+                f"{chosen.name} ({_describe(source)}), the one this merge would build; {meant}, or remove {root} to "
+                f"merge the older one")
+
+
+def _started(root: Path) -> int:
+    """When an encoding's first shard started (time_ns); sources.json's time for one written before that record."""
+    path = root / STARTED
+    return int(path.read_text()) if path.is_file() else (root / SOURCES).stat().st_mtime_ns
 
 
 def _encoded_by(source: dict, card: EncoderCard) -> bool:

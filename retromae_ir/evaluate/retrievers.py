@@ -52,9 +52,8 @@ def check_retriever_arguments(parser: argparse.ArgumentParser, args: argparse.Na
 
 def make_retriever(args: argparse.Namespace):
     """An object with ``name`` and ``retrieve(corpus, index_name, queries)``."""
-    given = {**ENCODER_DEFAULTS, **BM25_DEFAULTS,
-             **{name: getattr(args, name) for name in (*ENCODER_DEFAULTS, *BM25_DEFAULTS)
-                if getattr(args, name) is not None}}
+    given = {name: default if getattr(args, name) is None else getattr(args, name)
+             for name, default in {**ENCODER_DEFAULTS, **BM25_DEFAULTS}.items()}
     if args.encoder:
         from retromae_ir.search.retriever import EncoderRetriever
 

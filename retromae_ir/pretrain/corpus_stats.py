@@ -37,13 +37,12 @@ from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.io import OutputLockedError, claim_output, command_errors
 from retromae_ir.io import cache_dir as io_cache_dir
 from retromae_ir.packaged import default_model
-from retromae_ir.pretrain.data import CorpusError, iter_documents
+from retromae_ir.pretrain.data import CorpusError, iter_documents, reader_version
 from retromae_ir.pretrain.keywords import CorpusStats, CorpusStatsError, count_corpus
 
 LOG = logging.getLogger(__name__)
 
-KEY_VERSION = 2  # bump when the counting changes: every cached file then misses and is counted afresh (2: the
-# corpus as pretrain.data.iter_documents reads it from CACHE_VERSION 4: JSONL titles joined, .tsv as MS MARCO)
+KEY_VERSION = 1  # bump when the counting changes: every cached file then misses and is counted afresh
 CACHE_SUBDIR = "corpus_stats"
 LOCK_POLL_S = 2.0  # how often a process waiting for another's counting retries the lock
 # the parts of a fast tokenizer's serialisation that decide how a text splits into pieces (not its padding or
@@ -62,6 +61,11 @@ class StatsKey:
 
     corpus_sha256: str
     tokenizer_sha256: str
+    reader: int | None = None  # pretrain.data.reader_version: set only for formats read otherwise since counted
+
+    @classmethod
+    def of(cls, corpus: str | Path, corpus_sha256: str, tokenizer) -> "StatsKey":
+        return cls(corpus_sha256, tokenizer_fingerprint(tokenizer), reader_version(corpus))
 
     @property
     def digest(self) -> str:
@@ -70,7 +74,8 @@ class StatsKey:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def as_dict(self) -> dict:
-        return {"corpus_sha256": self.corpus_sha256, "tokenizer_sha256": self.tokenizer_sha256}
+        reader = {} if self.reader is None else {"reader": self.reader}  # keys of BEIR and plain text unchanged
+        return {"corpus_sha256": self.corpus_sha256, "tokenizer_sha256": self.tokenizer_sha256, **reader}
 
     def stored(self) -> dict:
         """The ``key`` entry written into the statistics file."""
@@ -187,7 +192,7 @@ def check_stats_file(path: str | Path, corpus: str | Path, tokenizer) -> None:
     a run on a sample), so it is used, but never silently: one counted from another corpus or under another
     tokenizer is named in a warning with both keys, one without a key (counted elsewhere) as unchecked."""
     stats = CorpusStats.load(Path(path))
-    key = StatsKey(corpus_fingerprint(corpus)[0], tokenizer_fingerprint(tokenizer))
+    key = StatsKey.of(corpus, corpus_fingerprint(corpus)[0], tokenizer)
     if not stats.key:
         LOG.warning("%s records no key: whether it was counted from %s under this tokenizer cannot be checked",
                     path, corpus)
@@ -203,7 +208,7 @@ def ensure_corpus_stats(corpus: str | Path, tokenizer, name: str, batch_size: in
     folder is writable, else into the cache. Logs where the file was read or written."""
     corpus = Path(corpus)
     corpus_sha, lines = corpus_fingerprint(corpus)
-    key = StatsKey(corpus_sha, tokenizer_fingerprint(tokenizer))
+    key = StatsKey.of(corpus, corpus_sha, tokenizer)
     locations = stats_locations(corpus, key)
     for path in locations:
         if read_matching(path, key) is not None:
@@ -249,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ensure_corpus_stats(args.corpus, tokenizer, name, args.batch_size)
             return 0
         corpus_sha, lines = corpus_fingerprint(args.corpus)
-        key = StatsKey(corpus_sha, tokenizer_fingerprint(tokenizer))
+        key = StatsKey.of(args.corpus, corpus_sha, tokenizer)
         with claim_output(args.output):
             stats = count_statistics(args.corpus, tokenizer, name, key, lines, args.batch_size)
             stats.save(args.output)

@@ -40,18 +40,39 @@ def iter_documents(path: str | Path) -> Iterator[tuple[str, str]]:
     first = next(iter_lines(path), None)
     if first is None:
         raise CorpusError(f"corpus {path} is empty")
-    if path.name.removesuffix(".gz").endswith(".tsv"):  # read as text, 'pid<TAB>' would be in every segment
+    form = corpus_format(path, first)
+    if form == "tsv":  # read as text, 'pid<TAB>' would be in every segment
         yield from ((doc.docid, doc.contents) for doc in iter_msmarco_collection(path))
-        return
+    elif form == "plain":
+        yield from ((str(number), line.strip()) for number, line in iter_lines(path))
+    elif form == "beir":
+        yield from ((doc.docid, doc.contents) for doc in iter_beir_corpus(path))
+    else:
+        yield from _iter_text_jsonl(path)
+
+
+def corpus_format(path: Path, first: tuple[int, str]) -> str:
+    """"tsv" (an MS MARCO collection, by its name), "beir", "text" (a ``{"text"}`` JSONL) or "plain", from the name
+    and the ``first`` (line number, line) of the file."""
+    if path.name.removesuffix(".gz").endswith(".tsv"):
+        return "tsv"
     record = _maybe_json(first[1])
     if record is None:
-        yield from ((str(number), line.strip()) for number, line in iter_lines(path))
-    elif "_id" in record:
-        yield from ((doc.docid, doc.contents) for doc in iter_beir_corpus(path))
-    elif "text" in record:
-        yield from _iter_text_jsonl(path)
-    else:
-        raise CorpusError(f"{path}:{first[0]}: JSON record has neither '_id' (BEIR) nor 'text'")
+        return "plain"
+    if "_id" in record:
+        return "beir"
+    if "text" in record:
+        return "text"
+    raise CorpusError(f"{path}:{first[0]}: JSON record has neither '_id' (BEIR) nor 'text'")
+
+
+def reader_version(path: str | Path) -> int | None:
+    """4 for the formats :func:`iter_documents` reads otherwise since :data:`CACHE_VERSION` 4 (an MS MARCO TSV, a
+    titled ``{"text"}`` JSONL), None for those it reads as it always did (BEIR, plain text): what a key of counts
+    made from the documents adds, so that only the changed formats are counted again."""
+    path = Path(path)
+    first = next(iter_lines(path), None)
+    return 4 if first is not None and corpus_format(path, first) in ("tsv", "text") else None
 
 
 def _maybe_json(line: str) -> dict | None:

@@ -138,7 +138,9 @@ def check_side_texts(path: str | Path, corpus: str | Path) -> None:
                 recorded[str(record["id"])] = record.get("text_sha256")
     stale, unchecked, covered, documents, first = [], 0, 0, 0, None
     for docid, text in iter_documents(corpus):
-        documents, first = documents + 1, first if first is not None else docid
+        documents += 1
+        if first is None:
+            first = docid
         if docid in recorded:
             covered += 1
             if recorded[docid] is None:

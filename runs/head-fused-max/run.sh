@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The OT head against its parts (docs/encoders.md "A max fused into the head's products"), twice, on an idle
-# machine (about 3 minutes). Usage: bash runs/head-fused-max/run.sh   (from the repository root)
+# machine (about a minute). Usage: bash runs/head-fused-max/run.sh   (from the repository root)
 set -euo pipefail
 out=runs/head-fused-max
 lscpu > $out/lscpu.txt

@@ -108,20 +108,16 @@ def test_dev_never_draws_an_evaluated_query_or_its_twin_and_keeps_its_size(tmp_p
         carve_dev_split(qrels, 8, tmp_path / "all", seed=0, queries=queries, evaluated=(test,))
 
 
-def test_the_default_scifact_split_is_unchanged_and_300_avoids_the_test_twins():
-    from pathlib import Path
+def test_the_default_scifact_split_is_unchanged_and_300_avoids_the_test_twins(shared_data, tmp_path):
+    import random
 
-    folder = Path(__file__).resolve().parents[3] / "shared" / "data" / "beir" / "scifact"
+    folder = shared_data / "beir" / "scifact"
     if not (folder / "qrels" / "train.tsv").is_file():
         pytest.skip("scifact is not beside the checkout")
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        args = dict(queries=folder / "queries.jsonl", evaluated=(folder / "qrels" / "test.tsv",))
-        _, dev = carve_dev_split(folder / "qrels" / "train.tsv", 100, Path(tmp) / "100", **args)
-        import random
-        assert set(load_qrels(dev)) == set(random.Random(0).sample(sorted(load_qrels(folder / "qrels" / "train.tsv")),
-                                                                 100))
-        train, dev = carve_dev_split(folder / "qrels" / "train.tsv", 300, Path(tmp) / "300", **args)
-        assert not set(load_qrels(dev)) & {"871", "1291"} and len(load_qrels(dev)) == 300
-        assert not set(load_qrels(train)) & {"871", "1291"}
+    source = folder / "qrels" / "train.tsv"
+    args = dict(queries=folder / "queries.jsonl", evaluated=(folder / "qrels" / "test.tsv",))
+    _, dev = carve_dev_split(source, 100, tmp_path / "100", **args)
+    assert set(load_qrels(dev)) == set(random.Random(0).sample(sorted(load_qrels(source)), 100))  # as before
+    train, dev = carve_dev_split(source, 300, tmp_path / "300", **args)
+    assert not set(load_qrels(dev)) & {"871", "1291"} and len(load_qrels(dev)) == 300
+    assert not set(load_qrels(train)) & {"871", "1291"}

@@ -1,6 +1,8 @@
 """Corpus encoding: shards + merge give the single-process index, a rerun resumes, bad input leaves no index."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -79,11 +81,14 @@ def test_merge_refuses_an_older_encoding_when_one_of_other_documents_came_after_
         encode_shard(dense_model, new_ids, new_docs, tmp_path, shard, shards, chunk_size=4)
     merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=shards)
     before = read_manifest(tmp_path)
-    with pytest.raises(IndexMismatchError, match=rf"7 documents.*{shards} shard\(s\)\) was encoded after .*--shard-num "
+    with pytest.raises(IndexMismatchError, match=rf"7 documents.*{shards} shard\(s\)\) was started after .*--shard-num "
                                                  rf"{shards}\)"):
         merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)
     assert read_manifest(tmp_path) == before and _vectors(tmp_path)[0] == new_ids
-    encode_shard(dense_model, IDS, DOCS, tmp_path, 0, 3, chunk_size=4)  # A's shards run again: A is the newer
+    encode_shard(dense_model, IDS, DOCS, tmp_path, 0, 3, chunk_size=4)  # a shard of A run again: B stays the newer
+    with pytest.raises(IndexMismatchError, match="was started after"):
+        merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)
+    shutil.rmtree(next(p for p in (tmp_path / ".work").glob(f"*-of-{shards}")))  # B removed: A is the one meant
     merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)
     assert _vectors(tmp_path)[0] == IDS
 

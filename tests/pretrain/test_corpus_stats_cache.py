@@ -177,3 +177,16 @@ def test_a_given_statistics_file_of_another_corpus_is_never_used_silently(tmp_pa
     count_corpus(["cells divide", "stars burn"], tokenizer, "tiny").save(keyless)
     check_stats_file(keyless, corpus, tokenizer)
     assert "records no key" in caplog.text
+
+
+def test_only_corpora_read_otherwise_since_counted_get_a_new_key(tokenizer, tmp_path):
+    """Pre-training reads a .tsv and a titled {"text"} JSONL otherwise since 2026-11-25: their old counts must miss;
+    a BEIR or plain-text corpus reads as before, so its key (and a MASTER run's --resume) is unchanged."""
+    beir, text = tmp_path / "corpus.jsonl", tmp_path / "texts.jsonl"
+    beir.write_text(json.dumps({"_id": "a", "title": "T", "text": "body"}) + "\n")
+    text.write_text(json.dumps({"id": "a", "title": "T", "text": "body"}) + "\n")
+    sha = corpus_stats.corpus_fingerprint(beir)[0]
+    assert StatsKey.of(beir, sha, tokenizer) == StatsKey(sha, corpus_stats.tokenizer_fingerprint(tokenizer))
+    assert "reader" not in StatsKey.of(beir, sha, tokenizer).stored()
+    assert StatsKey.of(text, sha, tokenizer).stored()["reader"] == 4
+    assert StatsKey.of(text, sha, tokenizer).digest != StatsKey.of(beir, sha, tokenizer).digest

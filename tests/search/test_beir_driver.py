@@ -114,3 +114,5 @@ def test_the_retrievers_defaults_are_the_documented_ones():
     bm25 = make_retriever(parser.parse_args([]))
     assert (bm25.params.k1, bm25.params.b) == (0.9, 0.4)
     assert make_retriever(parser.parse_args(["--k1", "1.2", "--b", "0.75"])).name != bm25.name
+    encoder = make_retriever(parser.parse_args(["--encoder", "minilm-mean"]))
+    assert (encoder.batch_size, encoder.bf16) == (64, None)  # 64 a batch, auto precision
