@@ -155,12 +155,25 @@ def test_topics_jsonl_without_text_names_the_line(tmp_path):
         load_topics(path)
 
 
-def test_topics_trec_format(tmp_path):
-    path = write(tmp_path / "topics.robust04.txt", (
-        "<top>\n<num> Number: 301\n<title> International Organized Crime\n\n<desc> Description:\nIdentify\n"
-        "<narr> Narrative:\nA relevant document\n</top>\n\n"
-        "<top>\n<num> Number: 302 \n<title>\nPoliomyelitis and\n  Post-Polio\n<desc> Description:\nIs\n</top>\n"))
-    assert load_topics(path) == {"301": "International Organized Crime", "302": "Poliomyelitis and Post-Polio"}
+TREC_TOPICS = {
+    "robust04": ("<top>\n<num> Number: 301\n<title> International Organized Crime\n\n<desc> Description:\nIdentify\n"
+                 "<narr> Narrative:\nA relevant document\n</top>\n\n"
+                 "<top>\n<num> Number: 302 \n<title>\nPoliomyelitis and\n  Post-Polio\n<desc> Description:\nIs\n</top>\n",
+                 {"301": "International Organized Crime", "302": "Poliomyelitis and Post-Polio"}),
+    # TREC 1-3's untagged <dom> line ran into <num>'s text ('51 <dom> Domain: ...' as the id), and a </top> at the end
+    # of a text line was not seen (the topic was dropped)
+    "trec-1-3, </top> ending a line": (
+        "<top>\n<head> Tipster Topic Description\n<num> Number:  051\n<dom> Domain:  International Economics\n"
+        "<title> Topic:  Airbus Subsidies\n<desc> Description:\nDocument will discuss\n</top>\n"
+        "<top>\n<num> Number: 052\n<title> South African Sanctions </top>\n",
+        {"51": "Airbus Subsidies", "52": "South African Sanctions"}),
+}
+
+
+@pytest.mark.parametrize("case", TREC_TOPICS)
+def test_topics_trec_format(tmp_path, case):
+    content, expected = TREC_TOPICS[case]
+    assert load_topics(write(tmp_path / "topics.txt", content)) == expected
 
 
 def test_zero_padded_trec_topic_numbers_match_their_qrels(tmp_path):
@@ -173,16 +186,6 @@ def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
     topics = write(tmp_path / "topics.tsv", "\ufeff1\tcells\n2\tsun\n".encode("utf-8"))
     qrels = write(tmp_path / "qrels.txt", "\ufeff1 0 d1 1\n".encode("utf-8"))
     assert list(load_topics(topics)) == ["1", "2"] and list(load_qrels(qrels)) == ["1"]
-
-
-def test_trec_1_to_3_topics_keep_their_ids_and_a_closing_tag_may_end_a_line(tmp_path):
-    """TREC 1-3's untagged <dom> line ran into <num>'s text ('51 <dom> Domain: ...' as the id), and a </top> at the
-    end of a text line was not seen (the topic was dropped)."""
-    path = write(tmp_path / "topics.51-100.txt", (
-        "<top>\n<head> Tipster Topic Description\n<num> Number:  051\n<dom> Domain:  International Economics\n"
-        "<title> Topic:  Airbus Subsidies\n<desc> Description:\nDocument will discuss\n</top>\n"
-        "<top>\n<num> Number: 052\n<title> South African Sanctions </top>\n"))
-    assert load_topics(path) == {"51": "Airbus Subsidies", "52": "South African Sanctions"}
 
 
 def test_a_trec_topic_left_open_at_the_end_is_an_error_not_a_topic_fewer(tmp_path):
