@@ -158,7 +158,8 @@ def test_topics_jsonl_without_text_names_the_line(tmp_path):
 TREC_TOPICS = {
     "robust04": ("<top>\n<num> Number: 301\n<title> International Organized Crime\n\n<desc> Description:\nIdentify\n"
                  "<narr> Narrative:\nA relevant document\n</top>\n\n"
-                 "<top>\n<num> Number: 302 \n<title>\nPoliomyelitis and\n  Post-Polio\n<desc> Description:\nIs\n</top>\n",
+                 "<top>\n<num> Number: 302 \n<title>\nPoliomyelitis and\n  Post-Polio\n<desc> Description:\nIs\n"
+                 "</top>\n",
                  {"301": "International Organized Crime", "302": "Poliomyelitis and Post-Polio"}),
     # TREC 1-3's untagged <dom> line ran into <num>'s text ('51 <dom> Domain: ...' as the id), and a </top> at the end
     # of a text line was not seen (the topic was dropped)
