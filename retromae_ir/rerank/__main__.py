@@ -23,6 +23,10 @@ def train(argv: list[str]):
     from retromae_ir.rerank.model import CrossEncoderArguments, trained_max_length
     from retromae_ir.training.trainer import exclusive_run, run_identity
 
+    for flag in ("max-query-length", "max-passage-length"):  # DataArguments' bi-encoder lengths: accepted, unused
+        if any(arg.split("=")[0] in (f"--{flag}", f"--{flag.replace('-', '_')}") for arg in argv):
+            raise ValueError(f"--{flag} does not apply to the cross-encoder: it reads a query and a passage as one "
+                             f"input, cut at --max-length")
     model_args, data, training = dataclass_parser([CrossEncoderArguments, DataArguments, FinetuneTrainingArguments],
                                                   f"{PROG} train").parse_args_into_dataclasses(argv)
     if data.group_size < 2:

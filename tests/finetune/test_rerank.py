@@ -176,3 +176,15 @@ def test_scored_negatives_that_repeat_a_positive_stay_aligned(cross_encoder, tmp
     (example,) = read_jsonl_examples(tmp_path / "scored.jsonl", texts)
     assert example.negatives == [CORPUS["b"], CORPUS["c"]]
     assert example.negative_scores == [scored["negative_scores"][0], scored["negative_scores"][2]]
+
+
+@pytest.mark.parametrize("flag", ["--max-query-length", "--max_passage_length"])
+def test_the_bi_encoder_length_flags_are_refused_for_the_cross_encoder(tmp_path, capsys, flag):
+    """Accepted and ignored before (the cross-encoder cuts query + passage at --max-length), exit 0."""
+    from retromae_ir.rerank.__main__ import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["train", "--train", "x.jsonl", "--corpus", "c.jsonl", "--output", str(tmp_path / "ce"), flag, "32"])
+    assert refused.value.code == 2
+    assert "does not apply to the cross-encoder" in capsys.readouterr().err
+    assert not (tmp_path / "ce").exists()
