@@ -74,7 +74,8 @@ class LossArguments:
                 "[-1, 1], sentence-transformers' scale 20), 1 for raw dot products (the official RetroMAE recipe)"})
     teacher_temperature: float = field(default=1.0, metadata={"help": "distill: teacher softmax temperature"})
     hard_label_weight: float = field(default=0.0, metadata={
-        "help": "distill: weight of an added Eq. 14 contrastive term on the hard labels (0: pure Eq. 15)"})
+        "help": "distill: weight of an added Eq. 14 contrastive term on the hard labels (0: none; Eq. 15 alone "
+                "only when --dense-loss-weight and --sparse-loss-weight are 0 too)"})
     sparse_loss_weight: float = field(default=0.0, metadata={
         "help": "DupMAE cards: weight of an added contrastive term on the OT side's own scores (raw OT dot, the "
                 "card's sparse_weight taken out), so the sparse side trains even when Eq. 12 weights it lightly"})

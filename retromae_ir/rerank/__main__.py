@@ -67,8 +67,9 @@ def score(argv: list[str]):
     if model_args.model is None:
         raise ValueError("score needs --model: a cross-encoder trained with `python -m retromae_ir.rerank train`")
     model = CrossEncoder.load(model_args, trained=True)
-    if args.device:
-        model.to(args.device)
+    import torch
+
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))  # as --device's help says
     with output_lock(args.output):
         return score_file(model, args)
 

@@ -16,17 +16,7 @@ def top_hits(scores: np.ndarray, docids, k: int, candidates: np.ndarray | None =
     """The ``k`` best (docid, score) of one query, score descending, ties by docid (write_trec_run's order), also
     at the k-th place: every document tied with the k-th score competes by docid, so the hits do not depend on
     which other documents were scored."""
-    k = min(k, len(scores))
-    if k <= 0:
-        return []
-    if k < len(scores):
-        kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
-        best = np.flatnonzero(scores > kth)
-        tied = np.flatnonzero(scores == kth)
-        best = np.concatenate([best, tied]) if len(best) + len(tied) <= 4 * k else np.concatenate(
-            [best, _first_by_docid(tied, docids, candidates, k - len(best))])
-    else:
-        best = np.arange(len(scores))
+    best = top_positions(scores, docids, k, candidates)
     values = scores[best]
     order = np.argsort(-values, kind="stable")
     best, values = best[order], values[order]
@@ -35,7 +25,26 @@ def top_hits(scores: np.ndarray, docids, k: int, candidates: np.ndarray | None =
     hits = list(zip(names, values.tolist()))
     if (values[1:] == values[:-1]).any():  # equal scores: by docid
         hits.sort(key=lambda hit: (-hit[1], hit[0]))
-    return hits[:k]
+    return hits
+
+
+def top_positions(scores: np.ndarray, docids, k: int, candidates: np.ndarray | None = None,
+                  keep_ties: bool = False) -> np.ndarray:
+    """Positions of the ``k`` best ``scores`` (unordered), documents tied with the k-th score cut by docid, so the
+    set does not depend on the order the documents were scored in. ``keep_ties``: every document tied with the
+    k-th score is kept while there are at most 4 k in all (the exact searcher's K' candidates: a document tied at
+    the cut is in the top K' as much as the one kept)."""
+    k = min(k, len(scores))
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    if k == len(scores):
+        return np.arange(len(scores))
+    kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
+    best = np.flatnonzero(scores > kth)
+    tied = np.flatnonzero(scores == kth)
+    if keep_ties and len(best) + len(tied) <= 4 * k:
+        return np.concatenate([best, tied])
+    return np.concatenate([best, _first_by_docid(tied, docids, candidates, k - len(best))])
 
 
 def _first_by_docid(tied: np.ndarray, docids, candidates, n: int) -> np.ndarray:

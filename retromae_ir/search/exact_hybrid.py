@@ -20,13 +20,13 @@ import numpy as np
 
 from retromae_ir.encode.base import Encoded, EncoderModel
 from retromae_ir.encode.manifest import check_precision, manifest_precision
-from retromae_ir.search.brute_force import top_hits
+from retromae_ir.search.brute_force import top_hits, top_positions
 from retromae_ir.search.index import MODES, HybridIndex
 
 # Bumped in the commit that changes what a search returns for the same index and queries, so cached runs
 # (``EncoderRetriever.run_key``) and a chain's recorded metrics made before are made again. 1: ties at every cut
-# go by docid (brute_force.top_hits), 2026-11-25.
-SEARCH_VERSION = 1
+# go by docid (brute_force.top_hits); 2: every document tied at a side's K'-th score is a candidate (2026-11-25).
+SEARCH_VERSION = 2
 
 
 class ExactHybridSearcher:
@@ -72,16 +72,19 @@ class ExactHybridSearcher:
         return self.search_encoded(self.model.encode_query([query]), k)[0]
 
     def search_encoded(self, encoded: Encoded, k: int = 1000) -> list[list[tuple[str, float]]]:
-        """Hits for a batch of encoded queries: candidates from each side's top K' (``candidates``), then exact
-        Eq. 12 scores; at most ``k`` hits, and at most 2 K' (as Pyserini's fusion)."""
+        """Hits for a batch of encoded queries: candidates from each side's top K' (``candidates``; documents tied
+        at a side's K'-th score are nominated too, up to 4 K' a side), then exact Eq. 12 scores; at most ``k``
+        hits."""
         self.index.check_queries(encoded.dense, encoded.sparse, self.mode)
         depth = self.candidates
         dense_ids = None
         if self.mode == "dense":  # faiss's own top k (not capped at K'), ties at the cut by docid as elsewhere
             return [top_hits(scores[ids >= 0], self.index.docids, k, ids[ids >= 0])
                     for scores, ids in self._dense_top(np.ascontiguousarray(encoded.dense), k)]
-        if self.mode == "hybrid":
-            dense_scores, dense_ids = self.index.faiss_index.search(np.ascontiguousarray(encoded.dense), depth)
+        if self.mode == "hybrid":  # each query's top K' rows, ties at the cut by docid (faiss breaks them by row)
+            dense_ids = [ids[ids >= 0][top_positions(scores[ids >= 0], self.index.docids, depth, ids[ids >= 0],
+                                                     keep_ties=True)]
+                         for scores, ids in self._dense_top(np.ascontiguousarray(encoded.dense), depth)]
         sparse = encoded.sparse.tocsr()
 
         def one(b: int):
@@ -116,9 +119,9 @@ class ExactHybridSearcher:
             if self.mode == "sparse":
                 matched = np.flatnonzero(scores > 0)  # documents sharing a term with the query
                 return top_hits(scores[matched], self.index.docids, k, matched)
-            top_sparse = np.argpartition(-scores, depth - 1)[:depth] if depth < len(scores) else np.arange(len(scores))
-            top_sparse = top_sparse[scores[top_sparse] > 0]
-            cands = np.union1d(dense_ids[dense_ids >= 0], top_sparse)
+            matched = np.flatnonzero(scores > 0)
+            top_sparse = matched[top_positions(scores[matched], self.index.docids, depth, matched, keep_ties=True)]
+            cands = np.union1d(dense_ids, top_sparse)
             # einsum, not BLAS: a [2K', d'] matrix-vector product is too small for BLAS's threads, which only
             # contend with the query threads (8x slower measured on 2 busy cores)
             exact = np.einsum("ij,j->i", self.index.dense_vectors(cands), dense_query) + scores[cands]

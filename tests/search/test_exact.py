@@ -151,3 +151,39 @@ def test_dense_ties_at_the_cut_go_by_docid(tiny_bert_dir, tmp_path):
     assert [d for d, _ in exact[0] if d.startswith("d")]  # the cut fell inside the tie
     every = [d for d, _ in searcher.search_encoded(encoded, 12)[0] if d.startswith("d")]
     assert every == [f"d{i}" for i in range(10)]
+
+
+def test_documents_tied_at_the_candidate_cut_are_all_nominated(tmp_path):
+    """K' = 1, two documents tied on the sparse side: argpartition nominated one of them, arbitrarily, and the
+    other (the better by Eq. 12) was missed, exit 0. Every document tied at a side's cut is a candidate now."""
+    import queue
+
+    import faiss
+    import scipy.sparse
+
+    from retromae_ir.search.brute_force import top_hits
+    from retromae_ir.search.ot_store import OTStore
+
+    dense = np.array([[0.0, 0.0], [0.5, 0.0], [0.9, 0.0]], np.float32)  # a, b, c
+    sparse = scipy.sparse.csr_matrix(np.array([[1.0, 0], [1.0, 0], [0, 1.0]], np.float32))  # a and b tie
+
+    class Index:
+        docids, store, faiss_index = ["a", "b", "c"], OTStore.from_csr(sparse), faiss.IndexFlatIP(2)
+
+        def __len__(self):
+            return 3
+
+        def check_queries(self, *args):
+            pass
+
+        def dense_vectors(self, rows):
+            return dense[rows]
+
+    index = Index()
+    index.faiss_index.add(dense)
+    searcher = object.__new__(ExactHybridSearcher)
+    searcher.index, searcher.mode, searcher.candidates, searcher.threads = index, "hybrid", 1, 1
+    searcher._buffers = queue.SimpleQueue()
+    query = Encoded(np.array([[1.0, 0.0]], np.float32), scipy.sparse.csr_matrix(np.array([[1.0, 0.0]], np.float32)))
+    brute = top_hits(dense @ query.dense[0] + (sparse @ query.sparse[0].T).toarray().ravel(), index.docids, 1)
+    assert searcher.search_encoded(query, 1)[0] == brute == [("b", 1.5)]
