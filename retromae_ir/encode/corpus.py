@@ -101,11 +101,11 @@ def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard
     folder = root / f"shard-{shard_id}"
     with claim_output(folder):
         folder.mkdir(parents=True, exist_ok=True)
+        if not (root / STARTED).is_file():  # shards starting together write about the same time: either stays
+            with atomic_write(root / STARTED) as out:  # a folder from before the record: its first sources.json
+                out.write(str(_started(root) if (root / SOURCES).is_file() else time.time_ns()))
         with atomic_write(root / SOURCES) as out:  # every shard writes the same content
             json.dump(source, out, indent=2, sort_keys=True)
-        if not (root / STARTED).is_file():  # shards starting together write about the same time: either stays
-            with atomic_write(root / STARTED) as out:
-                out.write(str(time.time_ns()))
         chunks = range(start, end, chunk_size)
         for chunk_start in tqdm(chunks, desc=f"shard {shard_id}/{shard_num}", unit="chunk"):
             chunk_end = min(chunk_start + chunk_size, end)
@@ -192,7 +192,10 @@ def _refuse_newer_encodings(output: Path, card: EncoderCard, chosen: Path, sourc
 def _started(root: Path) -> int:
     """When an encoding's first shard started (time_ns); sources.json's time for one written before that record."""
     path = root / STARTED
-    return int(path.read_text()) if path.is_file() else (root / SOURCES).stat().st_mtime_ns
+    try:
+        return int(path.read_text())
+    except (FileNotFoundError, ValueError):  # no record (an older folder), or a damaged one
+        return (root / SOURCES).stat().st_mtime_ns
 
 
 def _encoded_by(source: dict, card: EncoderCard) -> bool:

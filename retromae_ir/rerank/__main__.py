@@ -29,6 +29,11 @@ def train(argv: list[str]):
                              f"input, cut at --max-length")
     model_args, data, training = dataclass_parser([CrossEncoderArguments, DataArguments, FinetuneTrainingArguments],
                                                   f"{PROG} train").parse_args_into_dataclasses(argv)
+    defaults = {field.name: field.default for field in dataclasses.fields(DataArguments)}
+    for name in ("max_query_length", "max_passage_length"):  # also when given abbreviated (--max-passage 32)
+        if getattr(data, name) != defaults[name]:
+            raise ValueError(f"--{name.replace('_', '-')} does not apply to the cross-encoder: it reads a query "
+                             f"and a passage as one input, cut at --max-length")
     if data.group_size < 2:
         raise ValueError(f"the cross-encoder trains on groups of a positive and mined negatives (it has no in-batch "
                          f"negatives): --group-size must be >= 2, got {data.group_size} (a group of one passage has "

@@ -181,3 +181,22 @@ def test_a_resume_with_another_chunk_size_gives_the_corpus_once(dense_model, tmp
     with pytest.raises(IndexMismatchError, match="hold 9 documents, the corpus has 11"):
         merge(tmp_path / "mixed", dense_model.card, dense_model.vocab, work=threes.parent)
     assert not (tmp_path / "mixed" / "dense").exists()
+
+
+def test_a_work_folder_from_before_the_started_record_keeps_its_age(dense_model, tmp_path):
+    """Old encoding A (no 'started' record), newer B; A's last shard run under this code must not make A the newer
+    (its record is seeded from A's first sources.json, not from now)."""
+    import os
+
+    from retromae_ir.encode.corpus import STARTED
+
+    encode_shard(dense_model, IDS, DOCS, tmp_path, 0, 2, chunk_size=4)
+    old = next((tmp_path / ".work").glob("*-of-2"))
+    (old / STARTED).unlink()  # as a folder written before the record
+    os.utime(old / "sources.json", ns=(10**9, 10**9))  # long ago
+    for shard in (0, 1):
+        encode_shard(dense_model, IDS[:7], DOCS[:7], tmp_path, shard, 2, chunk_size=4)  # B, newer
+    encode_shard(dense_model, IDS, DOCS, tmp_path, 1, 2, chunk_size=4)  # A finished now
+    assert int((old / STARTED).read_text()) == 10**9
+    with pytest.raises(IndexMismatchError, match="2 finished encodings"):  # both finished, same shard count
+        merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=2)

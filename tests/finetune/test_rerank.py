@@ -178,7 +178,7 @@ def test_scored_negatives_that_repeat_a_positive_stay_aligned(cross_encoder, tmp
     assert example.negative_scores == [scored["negative_scores"][0], scored["negative_scores"][2]]
 
 
-@pytest.mark.parametrize("flag", ["--max-query-length", "--max_passage_length"])
+@pytest.mark.parametrize("flag", ["--max-query-length", "--max_passage_length", "--max-passage"])
 def test_the_bi_encoder_length_flags_are_refused_for_the_cross_encoder(tmp_path, capsys, flag):
     """Accepted and ignored before (the cross-encoder cuts query + passage at --max-length), exit 0."""
     from retromae_ir.rerank.__main__ import main
