@@ -41,10 +41,11 @@ def carve_dev_split(qrels: PathLike, size: int, output: PathLike, seed: int = 0,
     if not 0 < size < len(labels):
         raise ValueError(f"{qrels}: a dev split of {size} queries needs 0 < size < {len(labels)} (its query count)")
     evaluated_ids = {qid for path in evaluated for qid in load_qrels(path)}
-    barred = evaluated_ids | (same_text_queries(queries, evaluated_ids) if queries is not None else set())
+    texts = normalized_texts(queries) if queries is not None else {}
+    barred = evaluated_ids | same_text_queries(texts, evaluated_ids)
     dev = dev_sample(sorted(labels), size, seed, barred, qrels)
     held_out = dev | barred
-    held_out |= same_text_queries(queries, held_out) if queries is not None else set()
+    held_out |= same_text_queries(texts, held_out)
     if not set(labels) - held_out:
         raise ValueError(f"{qrels}: no training query is left once the dev and evaluated queries (and their "
                          f"same-text twins) are held out")
@@ -75,8 +76,12 @@ def dev_sample(candidates: list[str], size: int, seed: int, barred: set[str], so
     return dev
 
 
-def same_text_queries(queries: PathLike, held_out: set[str]) -> set[str]:
-    """Ids of ``queries`` outside ``held_out`` whose text (case and spacing aside) is a held-out query's."""
-    texts = {qid: " ".join(text.lower().split()) for qid, text in iter_topics(queries)}
+def normalized_texts(queries: PathLike) -> dict[str, str]:
+    """``{qid: text}`` of a topics file, case and spacing aside (what makes two queries the same)."""
+    return {qid: " ".join(text.lower().split()) for qid, text in iter_topics(queries)}
+
+
+def same_text_queries(texts: dict[str, str], held_out: set[str]) -> set[str]:
+    """Ids of ``texts`` (:func:`normalized_texts`) outside ``held_out`` whose text is a held-out query's."""
     held_texts = {texts[qid] for qid in held_out if qid in texts}
     return {qid for qid, text in texts.items() if qid not in held_out and text in held_texts}

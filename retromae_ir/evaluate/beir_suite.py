@@ -147,7 +147,8 @@ def write_results(results: list[DatasetResult], retriever_name: str, out_dir: Pa
     and so are judged queries without hits."""
     frame = results_frame(results, retriever_name)
     notes = [f"nDCG@10 and R@100 on each dataset's test split; cqadupstack is the mean of its 12 subforums; "
-             "a hit whose docid is the query's id is removed on every dataset, as BEIR and Pyserini do."] + result_notes(results)
+             "a hit whose docid is the query's id is removed on every dataset, as BEIR and Pyserini do.",
+             *result_notes(results)]
     if len(frame):
         write_table(frame, Path(out_dir) / "beir-results", f"BEIR: {retriever_name}", notes)
         ndcg = f"ndcg@10 ({retriever_name})"

@@ -23,14 +23,11 @@ def train(argv: list[str]):
     from retromae_ir.rerank.model import CrossEncoderArguments, trained_max_length
     from retromae_ir.training.trainer import exclusive_run, run_identity
 
-    for flag in ("max-query-length", "max-passage-length"):  # DataArguments' bi-encoder lengths: accepted, unused
-        if any(arg.split("=")[0] in (f"--{flag}", f"--{flag.replace('-', '_')}") for arg in argv):
-            raise ValueError(f"--{flag} does not apply to the cross-encoder: it reads a query and a passage as one "
-                             f"input, cut at --max-length")
     model_args, data, training = dataclass_parser([CrossEncoderArguments, DataArguments, FinetuneTrainingArguments],
                                                   f"{PROG} train").parse_args_into_dataclasses(argv)
     defaults = {field.name: field.default for field in dataclasses.fields(DataArguments)}
-    for name in ("max_query_length", "max_passage_length"):  # also when given abbreviated (--max-passage 32)
+    for name in ("max_query_length", "max_passage_length"):  # DataArguments' bi-encoder lengths (default None),
+        # however spelled or abbreviated (--max-passage 32): the cross-encoder would accept and ignore them
         if getattr(data, name) != defaults[name]:
             raise ValueError(f"--{name.replace('_', '-')} does not apply to the cross-encoder: it reads a query "
                              f"and a passage as one input, cut at --max-length")

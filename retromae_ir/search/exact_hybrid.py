@@ -79,11 +79,10 @@ class ExactHybridSearcher:
         depth = self.candidates
         dense_ids = None
         if self.mode == "dense":  # faiss's own top k (not capped at K'), ties at the cut by docid as elsewhere
-            return [top_hits(scores[ids >= 0], self.index.docids, k, ids[ids >= 0])
+            return [top_hits(scores, self.index.docids, k, ids)
                     for scores, ids in self._dense_top(np.ascontiguousarray(encoded.dense), k)]
         if self.mode == "hybrid":  # each query's top K' rows, ties at the cut by docid (faiss breaks them by row)
-            dense_ids = [ids[ids >= 0][top_positions(scores[ids >= 0], self.index.docids, depth, ids[ids >= 0],
-                                                     keep_ties=True)]
+            dense_ids = [ids[top_positions(scores, self.index.docids, depth, ids, keep_ties=True)]
                          for scores, ids in self._dense_top(np.ascontiguousarray(encoded.dense), depth)]
         sparse = encoded.sparse.tocsr()
 
@@ -100,7 +99,7 @@ class ExactHybridSearcher:
     def _dense_top(self, queries: np.ndarray, k: int):
         """(scores, rows) of each query's top ``k`` from faiss, and every row tied with the k-th score: faiss
         breaks ties by row, so a query whose k-th score continues past k is searched again, twice as deep, until
-        the tie ends (the cut is then made by docid, as everywhere else)."""
+        the tie ends (the cut is then made by docid, as everywhere else). Rows faiss pads with -1 are left out."""
         rows = self.index.faiss_index.ntotal
         k = min(k, rows)
         width = max(1, min(k + 1, rows))
@@ -110,7 +109,7 @@ class ExactHybridSearcher:
             while k > 0 and deep < rows and ids[-1] >= 0 and scores[-1] == scores[k - 1]:
                 deep = min(2 * deep, rows)
                 scores, ids = (found[0] for found in self.index.faiss_index.search(query[None], deep))
-            yield scores, ids
+            yield scores[ids >= 0], ids[ids >= 0]
 
     def _search_one(self, dense_query, terms, values, dense_ids, k: int, depth: int):
         scores = self._accumulator()

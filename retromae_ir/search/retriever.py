@@ -93,14 +93,13 @@ class EncoderRetriever:
 
     def run_key(self, corpus: Path) -> dict:
         """What its runs depend on besides the queries: the card, the weights and corpus bytes its index is built
-        from, the precision, the encoding and search code's versions, the search mode, depth and candidates (the run cache's
-        key)."""
+        from, the precision, the encoding and search code's versions, the search mode, depth and candidates (the
+        run cache's key)."""
         from retromae_ir.encode.corpus import precision
 
         return {"retriever": "encoder", "fingerprint": self.card.fingerprint(), **self.source_digests(corpus),
                 "precision": precision(self.model), "encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
-                "mode": self.mode,
-                "hits": self.hits, "candidates": self.candidates}
+                "mode": self.mode, "hits": self.hits, "candidates": self.candidates}
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
         from retromae_ir.search.exact_hybrid import ExactHybridSearcher
