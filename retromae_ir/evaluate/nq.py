@@ -279,7 +279,7 @@ def search(model, index_dir: Path, mode: str, questions: list[Question], hits: i
     from retromae_ir.io import check_unchanged
     from retromae_ir.search.exact_hybrid import ExactHybridSearcher
 
-    searcher = ExactHybridSearcher(index_dir, model, mode, candidates=max(1000, hits), threads=threads)
+    searcher = ExactHybridSearcher(index_dir, model, mode, candidates=1000, threads=threads)
     if checked is not None:
         check_unchanged(index_dir / MANIFEST, checked)
     return searcher.batch_search([q.question for q in questions], [q.qid for q in questions], k=hits,

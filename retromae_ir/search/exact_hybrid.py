@@ -25,8 +25,9 @@ from retromae_ir.search.index import MODES, HybridIndex
 
 # Bumped in the commit that changes what a search returns for the same index and queries, so cached runs
 # (``EncoderRetriever.run_key``) and a chain's recorded metrics made before are made again. 1: ties at every cut
-# go by docid (brute_force.top_hits); 2: every document tied at a side's K'-th score is a candidate (2026-11-25).
-SEARCH_VERSION = 2
+# go by docid (brute_force.top_hits); 2: every document tied at a side's K'-th score is a candidate (2026-11-25);
+# 3: K' is at least the hits asked for (a run of 2,000 hits at K' 1,000 was cut to the union of two top 1,000s).
+SEARCH_VERSION = 3
 
 
 class ExactHybridSearcher:
@@ -45,6 +46,8 @@ class ExactHybridSearcher:
             raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
         if mode != "dense" and self.index.store is None:
             raise ValueError(f"mode {mode!r} needs a sparse side; card {self.index.card.name!r} has none")
+        if candidates < 1:
+            raise ValueError(f"candidates (K') must be at least 1, got {candidates}")
         self.mode, self.candidates, self.threads = mode, candidates, max(1, threads)
         self._buffers: queue.SimpleQueue = queue.SimpleQueue()  # float32 [N] accumulators, one per running query
         faiss.omp_set_num_threads(self.threads)
@@ -74,9 +77,9 @@ class ExactHybridSearcher:
     def search_encoded(self, encoded: Encoded, k: int = 1000) -> list[list[tuple[str, float]]]:
         """Hits for a batch of encoded queries: candidates from each side's top K' (``candidates``; documents tied
         at a side's K'-th score are nominated too, up to 4 K' a side), then exact Eq. 12 scores; at most ``k``
-        hits."""
+        hits. K' is raised to ``k`` where it is lower, so that the candidates can fill ``k`` hits."""
         self.index.check_queries(encoded.dense, encoded.sparse, self.mode)
-        depth = self.candidates
+        depth = max(self.candidates, k)
         dense_ids = None
         if self.mode == "dense":  # faiss's own top k (not capped at K'), ties at the cut by docid as elsewhere
             return [top_hits(scores, self.index.docids, k, ids)

@@ -46,10 +46,20 @@ def test_every_candidate_gets_its_exact_score_even_with_few_candidates(handful, 
     searcher = ExactHybridSearcher(handful[1], model, candidates=1)
     full = BruteForceScorer(searcher.index).scores(queries.dense, queries.sparse)
     position = {docid: i for i, docid in enumerate(searcher.index.docids)}
-    for row, hits in zip(full, searcher.search_encoded(queries, 6)):  # the union of two top-1 lists
-        assert 1 <= len(hits) <= 2
+    for row, hits in zip(full, searcher.search_encoded(queries, 1)):  # the best of the union of two top-1 lists
+        assert len(hits) == 1
         for docid, score in hits:
             assert score == pytest.approx(row[position[docid]], rel=1e-5, abs=1e-4)
+
+
+def test_more_hits_than_candidates_raise_the_candidates(handful, model, queries):
+    """Six hits at K' = 1 are brute force's six, not the union of two top-1 lists cut short (exit 0 before)."""
+    searcher = ExactHybridSearcher(handful[1], model, candidates=1)
+    brute = BruteForceScorer(searcher.index).search(queries.dense, queries.sparse, 6, "hybrid")
+    for exact, reference in zip(searcher.search_encoded(queries, 6), brute):
+        assert [d for d, _ in exact] == [d for d, _ in reference]
+    with pytest.raises(ValueError, match="at least 1"):
+        ExactHybridSearcher(handful[1], model, candidates=0)
 
 
 def test_query_dimension_mismatch(handful, model, queries):
