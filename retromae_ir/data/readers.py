@@ -99,6 +99,9 @@ def _id_field(path: Path, number: int, record: dict, keys: tuple[str, ...]) -> s
     for key in keys:
         value = record.get(key)
         if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+            if len(str(value).split()) != 1 or str(value) != str(value).strip():  # a docid file holds one a line
+                raise DataFormatError(f"{path}:{number}: id {value!r} holds whitespace (ids are single tokens in "
+                                      "docid files and TREC runs)")
             return str(value)
     raise DataFormatError(f"{path}:{number}: missing or empty id field {' / '.join(repr(k) for k in keys)}")
 
@@ -119,6 +122,16 @@ def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> l
     if len(fields) != columns or not fields[0].strip():
         raise DataFormatError(f"{path}:{number}: expected {what} ({columns} tab-separated columns), got {line[:80]!r}")
     return fields
+
+
+_HEADER_IDS = {"id", "_id", "qid", "query_id", "query-id", "pid", "docid", "doc_id", "corpus-id"}
+
+
+def _refuse_header(path: Path, number: int, key: str) -> None:
+    """A first line whose id column is a column name is a header, not a record (it became a query or document)."""
+    if number == 1 and key.strip().lower() in _HEADER_IDS:
+        raise DataFormatError(f"{path}:1: {key.strip()!r} in the id column is a header line; remove it (this format "
+                              "has none)")
 
 
 def _checked(path: Path, records: Iterable[tuple[int, str, str, object]], stats: ReadStats | None,
@@ -246,6 +259,7 @@ def iter_msmarco_collection(path: PathLike, stats: ReadStats | None = None,
             if number == 1 and "\t" in text:  # DPR's psgs_w100.tsv (id, text, title, a header) and the like
                 raise DataFormatError(f"{path}:1: {line.count(chr(9)) + 1} tab-separated columns ({line[:80]!r}); an "
                                       f"MS MARCO collection has 2, 'pid<TAB>passage' (the rest would become text)")
+            _refuse_header(path, number, pid)
             yield number, pid, text, Document(pid, "", text)
 
     return _checked(path, records(), stats, unique)
@@ -262,6 +276,7 @@ def iter_tsv_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[
     def records():
         for number, line in iter_lines(path):
             qid, text = _split_tsv(path, number, line, 2, "'qid<TAB>text'")
+            _refuse_header(path, number, qid)
             qid, text = qid.strip(), text.strip()
             yield number, qid, text, (qid, text)
 
@@ -296,11 +311,14 @@ def iter_trec_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator
         for number, line in pieces():
             tag = _TREC_TAG.match(line.strip())
             if tag is None:
-                if current is not None:
-                    fields[current] += " " + line
+                if current is not None:  # a title's next line, its closing tag (if any) cut off
+                    fields[current] += " " + re.sub(r"</\w+>\s*$", "", line)
                 continue
             name, rest = tag.group(1).lower(), _TREC_LABEL.sub("", re.sub(r"</\w+>\s*$", "", tag.group(2)))
             if name == "top":
+                if start is not None:
+                    raise DataFormatError(f"{path}:{start}: TREC topic opened here is not closed by </top> before "
+                                          f"the next <top> (line {number})")
                 start, fields, current = number, {}, None
             elif name == "/top":
                 if not fields.get("num", "").strip() or "title" not in fields:
@@ -308,8 +326,10 @@ def iter_trec_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator
                 qid, title = fields["num"].strip(), " ".join(fields["title"].split())
                 qid = str(int(qid)) if qid.isdigit() else qid  # "051" is topic 51 (Anserini's reader, the qrels)
                 yield start, qid, title, (qid, title)
-                start, current = None, None
+                start, fields, current = None, {}, None
             elif name in _TREC_FIELDS:
+                if start is None:
+                    raise DataFormatError(f"{path}:{number}: <{name}> outside a TREC topic (no <top> before it)")
                 fields[name], current = rest, name
             else:
                 current = None

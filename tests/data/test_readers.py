@@ -44,6 +44,8 @@ def test_beir_corpus_reads_fields_and_int_ids(tmp_path):
     ('{"_id": "a", "text": "x"}\n{"_id": "b"}\n', 2, "field 'text' is missing"),
     ('{"_id": "a", "text": 3}\n', 1, "field 'text' is not a string (int)"),
     ('["a", "x"]\n', 1, "expected a JSON object, got list"),
+    ('{"_id": "a", "text": "x"}\n{"_id": "b\\rc", "text": "x"}\n', 2, "id 'b\\rc' holds whitespace"),
+    ('{"_id": "a b", "text": "x"}\n', 1, "id 'a b' holds whitespace"),
     ('{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n{"_id": "a", "text": "z"}\n', 3, "duplicate id 'a'"),
 ])
 def test_beir_corpus_bad_lines_name_file_and_line(tmp_path, content, line, message):
@@ -129,12 +131,18 @@ def test_msmarco_collection_and_queries(tmp_path):
     ("0\tok\n1 no tab here\n", 2, "expected 'pid<TAB>passage'"),
     ("0\tok\n\tno id\n", 2, "expected 'pid<TAB>passage'"),
     ("0\tok\n0\tagain\n", 2, "duplicate id '0'"),
+    ("pid\tpassage\n0\tok\n", 1, "'pid' in the id column is a header line"),
 ])
 def test_msmarco_collection_bad_lines(tmp_path, content, line, message):
     path = write(tmp_path / "collection.tsv", content)
     with pytest.raises(DataFormatError) as err:
         list(iter_msmarco_collection(path))
     assert str(err.value).startswith(f"{path}:{line}: {message}")
+
+
+def test_a_header_line_in_tsv_topics_is_an_error_not_a_query(tmp_path):
+    with pytest.raises(DataFormatError, match=r"queries\.tsv:1: 'qid' in the id column is a header line"):
+        load_topics(write(tmp_path / "queries.tsv", "qid\tquery\n1\tcells\n"))
 
 
 def test_topics_tsv_gz(tmp_path):
@@ -194,6 +202,25 @@ def test_a_trec_topic_left_open_at_the_end_is_an_error_not_a_topic_fewer(tmp_pat
                                           "<title> cut off here")
     with pytest.raises(DataFormatError, match=r"topics\.txt:5: TREC topic opened here is not closed"):
         load_topics(path)
+
+
+@pytest.mark.parametrize("content, message", [
+    # topic 1 was dropped when topic 2 opened (exit 0, a topic fewer)
+    ("<top>\n<num> Number: 1\n<title> a\n<top>\n<num> Number: 2\n<title> b\n</top>\n",
+     r"topics\.txt:1: TREC topic opened here is not closed by </top> before the next <top> \(line 4\)"),
+    # topic 2 took topic 1's title
+    ("<top>\n<num> Number: 1\n<title> a\n</top>\n<num> Number: 2\n</top>\n",
+     r"topics\.txt:5: <num> outside a TREC topic"),
+])
+def test_a_trec_topic_opened_twice_or_a_field_outside_one_is_an_error(tmp_path, content, message):
+    with pytest.raises(DataFormatError, match=message):
+        load_topics(write(tmp_path / "topics.txt", content))
+
+
+def test_a_title_closed_on_its_next_line_loses_the_tag(tmp_path):
+    path = write(tmp_path / "topics.txt", "<top>\n<num> Number: 7\n<title> long title\ncontinued here</title>\n"
+                                          "</top>\n")
+    assert load_topics(path) == {"7": "long title continued here"}
 
 
 def test_topics_trec_without_title_names_the_topic_line(tmp_path):
