@@ -2,6 +2,8 @@
 
 Two spans of one document are positives, the other positives in the (global) batch are negatives:
 L_ctr = -log exp(sim(h_i, h_i+)/tau) / sum_j exp(sim(h_i, h_j+)/tau), added to a method's loss with a weight.
+The sum leaves out the positives of the anchor's own document's other segments: the examples are single segments,
+so two of one document can share a batch, and one's positive (often the other segment itself) is not a negative.
 The anchor h_i is the [CLS] vector of the method's own (masked) encoder pass; the positive h_i+ is the [CLS]
 vector of an unmasked span of the same document: another segment of it when it has one, else a random
 contiguous half of the anchor segment. sim is cosine; the paper gives no temperature, 0.05 is the default.
@@ -33,9 +35,11 @@ class ContrastiveArguments:
             raise ValueError("--contrastive-weight must be >= 0 and --temperature > 0")
 
 
-def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float) -> torch.Tensor:
+def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float,
+             documents: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 8 with cosine similarity over every process's batch: row i's positive is ``positives[i]``, the other
-    (gathered) rows its negatives. Each process computes the same loss over the pooled anchors and positives, with a
+    (gathered) rows its negatives, except rows of the same ``documents`` entry (a document number per row). Each
+    process computes the same loss over the pooled anchors and positives, with a
     gradient to its own rows only; DDP averages the W processes' gradients, so the gradient is scaled by W (the
     value stays the loss): the gradient of one process on the combined batch. (Until 2026-11-25 each process took
     its own anchors' loss only, which never pushed its positives away from the other processes' anchors.)"""
@@ -44,13 +48,18 @@ def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float)
     all_anchors = torch.nn.functional.normalize(all_anchors.float(), dim=-1)
     all_positives = torch.nn.functional.normalize(all_positives.float(), dim=-1)
     scores = all_anchors @ all_positives.T / temperature
+    if documents is not None:
+        all_documents, _ = gather_with_grad(documents)
+        same = all_documents[:, None] == all_documents[None, :]
+        scores = scores.masked_fill(same & ~torch.eye(len(same), dtype=torch.bool, device=same.device), -torch.inf)
     loss = torch.nn.functional.cross_entropy(scores, torch.arange(scores.shape[0], device=scores.device))
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     return loss + (world - 1) * (loss - loss.detach())  # value: the loss; gradient: W times its own rows' share
 
 
 class PositiveSpanCollator:
-    """Wraps a method's collator and adds ``positive_input_ids`` / ``positive_attention_mask``."""
+    """Wraps a method's collator and adds ``positive_input_ids`` / ``positive_attention_mask`` and each row's
+    ``document`` (its number in corpus order, the same in every process)."""
 
     def __init__(self, collator, tokenizer, segments: Sequence[Segment]):
         self.collator = collator
@@ -58,6 +67,7 @@ class PositiveSpanCollator:
         self.by_doc: dict[str, list[Segment]] = defaultdict(list)
         for segment in segments:
             self.by_doc[segment.docid].append(segment)
+        self.number = {docid: number for number, docid in enumerate(self.by_doc)}
 
     def positive(self, segment: Segment, generator: torch.Generator) -> tuple[int, ...]:
         """Another segment of the same document, else a random contiguous half of this one."""
@@ -72,7 +82,8 @@ class PositiveSpanCollator:
     def __call__(self, segments: Sequence[Segment], generator: torch.Generator) -> dict[str, torch.Tensor]:
         batch = self.collator(segments, generator)
         ids, mask = pad_batch([self.positive(s, generator) for s in segments], self.tokenizer)
-        return {**batch, "positive_input_ids": ids, "positive_attention_mask": mask}
+        documents = torch.tensor([self.number[s.docid] for s in segments], dtype=torch.long)
+        return {**batch, "positive_input_ids": ids, "positive_attention_mask": mask, "document": documents}
 
 
 def with_contrastive(method_cls: type, args: ContrastiveArguments) -> type:
@@ -98,7 +109,7 @@ def with_contrastive(method_cls: type, args: ContrastiveArguments) -> type:
             losses = self.losses(batch, encoded)
             positive = self.encoder.bert(input_ids=batch["positive_input_ids"],
                                          attention_mask=batch["positive_attention_mask"]).last_hidden_state[:, 0]
-            ctr = info_nce(encoded.cls, positive, self.contrastive.temperature)
+            ctr = info_nce(encoded.cls, positive, self.contrastive.temperature, batch["document"])
             losses["loss"] = losses["loss"] + self.contrastive.contrastive_weight * ctr
             losses["ctr"] = ctr.detach()
             return losses

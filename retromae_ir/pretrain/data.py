@@ -203,9 +203,11 @@ def _cache_key(path: str | Path, tokenizer, max_length: int) -> str:
     from retromae_ir.pretrain.corpus_stats import tokenizer_fingerprint
 
     # the corpus's bytes (not its path and mtime: a same-size edit copied with its mtime is another corpus) and the
-    # tokenizer's vocabulary, added tokens, normaliser and pre-tokeniser
-    parts = [str(CACHE_VERSION), file_digest(path), str(max_length), type(tokenizer).__name__,
-             tokenizer_fingerprint(tokenizer)]
+    # tokenizer's vocabulary, added tokens, normaliser and pre-tokeniser; and how the file is read (a collection.tsv
+    # copied to .txt is read as plain lines, pid and tab included)
+    first = next(iter_lines(path), (1, ""))
+    parts = [str(CACHE_VERSION), file_digest(path), corpus_format(path, first), str(max_length),
+             type(tokenizer).__name__, tokenizer_fingerprint(tokenizer)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

@@ -79,3 +79,14 @@ def test_a_same_size_edit_with_its_old_mtime_is_tokenised_again(tmp_path, tokeni
     again = list(load_segments(corpus, tokenizer, 16, cache))
     assert again != first and list(again[0].input_ids) == tokenizer("alpha beta gamma omega",
                                                               add_special_tokens=False)["input_ids"]
+
+
+def test_the_same_bytes_read_as_another_format_are_tokenised_again(tmp_path, tokenizer):
+    """An MS MARCO collection copied to .txt is read as plain lines (pid and tab in the text, line numbers as ids):
+    its cache is not the .tsv's, though the bytes are the same."""
+    cache = tmp_path / "cache.npz"
+    (tmp_path / "c.tsv").write_text("7\talpha beta\n9\tgamma delta\n")
+    (tmp_path / "c.txt").write_bytes((tmp_path / "c.tsv").read_bytes())
+    as_tsv = list(load_segments(tmp_path / "c.tsv", tokenizer, 16, cache))
+    as_plain = list(load_segments(tmp_path / "c.txt", tokenizer, 16, cache))
+    assert [s.docid for s in as_tsv] == ["7", "9"] and [s.docid for s in as_plain] == ["1", "2"]

@@ -72,6 +72,7 @@ def test_contrastive_term_is_added(tiny_bert_dir):
     model.make_examples(segs)
     batch = model.make_collator()(segs, torch.Generator().manual_seed(0))
     assert batch["positive_input_ids"][0, 1:4].tolist() == [2000, 2001, 2002]  # the other segment of d0
+    assert batch["document"].tolist() == [*range(8), 0]  # d0's two segments: one document, not each other's negative
     torch.manual_seed(0)
     losses = model(batch)
     assert losses["ctr"] > 0 and torch.isclose(losses["loss"], losses["mlm"] + losses["dec"] + 0.5 * losses["ctr"])
