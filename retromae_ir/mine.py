@@ -70,12 +70,19 @@ def sample_negatives(ranking: list[str], positives: set[str], min_rank: int, max
 
 def mine(run: dict[str, dict[str, float]], queries: dict[str, str], positives: dict[str, set[str]],
          args: MiningArguments) -> list[dict]:
-    """One training record per query that keeps at least one negative (the others are counted and logged)."""
+    """One training record per query that keeps at least one negative (the others are counted and logged). A
+    query's negatives leave out the positives of every query of the same text (scifact's train split has such
+    twins with different judgements: one's positive was the other's hard negative)."""
+    from retromae_ir.data.splits import normalized_query
+
+    judged_for_text: dict[str, set[str]] = {}
+    for qid, docs in positives.items():
+        judged_for_text.setdefault(normalized_query(queries[qid]), set()).update(docs)
     records, empty = [], 0
     for qid in sorted(positives):
         ranking = [docid for docid, _ in ranked(run.get(qid, {}))]
-        negatives = sample_negatives(ranking, positives[qid], args.min_rank, args.max_rank, args.negatives,
-                                     random.Random(f"{args.seed}:{qid}"))
+        negatives = sample_negatives(ranking, judged_for_text[normalized_query(queries[qid])], args.min_rank,
+                                     args.max_rank, args.negatives, random.Random(f"{args.seed}:{qid}"))
         if not negatives:
             empty += 1
             continue

@@ -76,9 +76,14 @@ def dev_sample(candidates: list[str], size: int, seed: int, barred: set[str], so
     return dev
 
 
+def normalized_query(text: str) -> str:
+    """A query's text, case and spacing aside (what makes two queries the same)."""
+    return " ".join(text.lower().split())
+
+
 def normalized_texts(queries: PathLike) -> dict[str, str]:
-    """``{qid: text}`` of a topics file, case and spacing aside (what makes two queries the same)."""
-    return {qid: " ".join(text.lower().split()) for qid, text in iter_topics(queries)}
+    """``{qid: text}`` of a topics file, by :func:`normalized_query`."""
+    return {qid: normalized_query(text) for qid, text in iter_topics(queries)}
 
 
 def same_text_queries(texts: dict[str, str], held_out: set[str]) -> set[str]:

@@ -101,6 +101,12 @@ class LossArguments:
                 or self.dense_loss_weight < 0:
             raise ValueError("temperatures must be > 0; --hard-label-weight, --sparse-loss-weight and "
                              "--dense-loss-weight >= 0")
+        # flags that only distillation reads: elsewhere they changed nothing but the run's identity
+        given = [flag for flag, set_ in (("--teacher-temperature", self.teacher_temperature != 1.0),
+                                         ("--hard-label-weight", self.hard_label_weight != 0.0),
+                                         ("--calibrate-teacher", self.calibrate_teacher)) if set_]
+        if given and not self.distill:
+            raise ValueError(f"{', '.join(given)}: distillation only (--stage distill), not --stage {self.stage}")
 
     @property
     def distill(self) -> bool:

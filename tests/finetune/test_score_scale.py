@@ -104,3 +104,14 @@ def test_dense_loss_term_needs_an_ot_side(tiny_bert_dir):
                   DataArguments(train="x.jsonl", group_size=3), LossArguments(stage="1", dense_loss_weight=1.0))
     with pytest.raises(ValueError, match="dense-loss-weight >= 0"):
         LossArguments(stage="1", dense_loss_weight=-1.0)
+
+
+@pytest.mark.parametrize("flags, named", [({"teacher_temperature": 2.0}, "--teacher-temperature"),
+                                          ({"hard_label_weight": 1.0}, "--hard-label-weight"),
+                                          ({"calibrate_teacher": True}, "--calibrate-teacher")])
+def test_distillation_flags_are_refused_outside_distillation(flags, named):
+    """They changed nothing on stages 1 and 2 but the run's identity (exit 0, the flag silently ignored)."""
+    for stage in ("1", "2"):
+        with pytest.raises(ValueError, match=f"{named}: distillation only \\(--stage distill\\), not --stage {stage}"):
+            LossArguments(stage=stage, **flags)
+    assert LossArguments(stage="distill", **flags).distill

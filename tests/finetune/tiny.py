@@ -39,7 +39,8 @@ def tiny_card(checkpoint, kind: str = "dupmae") -> EncoderCard:
 def tiny_bi_encoder(checkpoint, stage: str = "2", kind: str = "dupmae", mask: bool = False) -> BiEncoder:
     """Deterministic (seeded W_cls, eval mode: no dropout) so two builds are identical."""
     data = DataArguments(train="unused.jsonl", group_size=3)
-    loss = LossArguments(stage=stage, temperature=0.5, hard_label_weight=0.5, mask_false_negatives=mask)
+    loss = LossArguments(stage=stage, temperature=0.5, hard_label_weight=0.5 if stage == "distill" else 0.0,
+                         mask_false_negatives=mask)
     return BiEncoder(load_encoder(tiny_card(checkpoint, kind), seed=0), data, loss).eval()
 
 
