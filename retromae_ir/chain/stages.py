@@ -32,6 +32,7 @@ log = logging.getLogger("retromae_ir.chain")
 MODES = ("dense", "sparse", "hybrid")
 EVALUATION = (*MODES, "dev", "eval_wall_s", "made_with", "sparse_weight", "sparse_weight_sweep")  # a record's metrics
 METRICS = ("ndcg@10", "recall@100")
+DEPTH = 100  # hits a run is scored on: retrieved one deeper, so that a dropped self-hit leaves DEPTH (as BEIR's 1,000)
 # searched over the chain's own corpus (a sub-corpus changes every figure): stage name -> (label, its mode)
 BASELINES = {"baseline-bm25": ("BM25 flat (Pyserini)", "sparse"),
              "baseline-minilm-mean": ("all-MiniLM-L6-v2 off the shelf (mean pooling)", "dense")}
@@ -345,8 +346,8 @@ class Chain:
         """One retriever per mode over the same index: the corpus is encoded once for all three."""
         from retromae_ir.search.retriever import EncoderRetriever
 
-        return {mode: EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=100, bf16=self.bf16,
-                                       lucene=self.lucene) for mode in MODES}
+        return {mode: EncoderRetriever(str(card), mode=mode, index_root=self.index_root, hits=DEPTH + 1,
+                                       bf16=self.bf16, lucene=self.lucene) for mode in MODES}
 
     @cached_property
     def test_queries(self) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
@@ -377,11 +378,16 @@ class Chain:
         if "eval_wall_s" not in self.results.get(name, {}):
             self.record(name, eval_wall_s=round(time.time() - start, 1))
 
-    @staticmethod
-    def made_with(depends_on: dict) -> dict:
-        """What a recorded evaluation was made with: ``depends_on`` and the encoding, search and evaluation code's
-        versions (a record made by older code is evaluated again, not kept)."""
-        return as_stored({**depends_on, "encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
+    @cached_property
+    def evaluated_on(self) -> dict:
+        """The files the chain makes that every evaluation reads: the (sub-)corpus and the dev split (carved again
+        when its rule changes; an OT weight chosen on the old split was kept, with its dev rows)."""
+        return {"corpus_sha256": file_digest(self.corpus), "dev_qrels_sha256": file_digest(self.dev_qrels)}
+
+    def made_with(self, depends_on: dict) -> dict:
+        """What a recorded evaluation was made with: ``depends_on``, the corpus and dev split, and the encoding,
+        search and evaluation code's versions (a record made otherwise is evaluated again, not kept)."""
+        return as_stored({**depends_on, **self.evaluated_on, "encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
                           "evaluation": EVALUATION_VERSION})
 
     def record_made_with(self, name: str, depends_on: dict) -> None:
@@ -411,7 +417,7 @@ class Chain:
             return
         metrics = {}
         for split, (queries, qrels) in (("test", self.test_queries), ("dev", self.dev_queries)):
-            run = remove_self_hits(retriever.retrieve(self.corpus, self.index_name(name), queries))  # as BEIR does
+            run = remove_self_hits(retriever.retrieve(self.corpus, self.index_name(name), queries), DEPTH)  # as BEIR
             metrics[split] = evaluate_run(run, qrels, METRICS)
         self.record(name, **{mode: metrics["test"]}, dev={**done.get("dev", {}), mode: metrics["dev"]})
         log.info("%s %s: test %s, dev %s", name, mode, metrics["test"], metrics["dev"])
@@ -427,7 +433,7 @@ class Chain:
         else:
             log.warning("no Lucene (--no-lucene): the BM25 baseline is not run")
         baselines["baseline-minilm-mean"] = {"dense": EncoderRetriever(
-            "minilm-mean", mode="dense", index_root=self.index_root, hits=100, bf16=self.bf16)}
+            "minilm-mean", mode="dense", index_root=self.index_root, hits=DEPTH + 1, bf16=self.bf16)}
         for name, retrievers in baselines.items():  # keyed by their run keys: an edited card is evaluated anew
             self.evaluate(name, retrievers, {mode: r.run_key(self.corpus) for mode, r in retrievers.items()})
 

@@ -56,9 +56,14 @@ def _rank_scored(run: Run, depth: int | None) -> Run:
             for qid, hits in run.items()}
 
 
-def remove_self_hits(run: Run) -> Run:
-    """Drop each query's own id from its hits: BEIR's evaluation and Pyserini's BEIR 2CR do, on every dataset."""
-    return {qid: {docid: score for docid, score in hits.items() if docid != qid} for qid, hits in run.items()}
+def remove_self_hits(run: Run, depth: int | None = None) -> Run:
+    """Drop each query's own id from its hits: BEIR's evaluation and Pyserini's BEIR 2CR do, on every dataset.
+    ``depth``: then keep each query's best ``depth`` (ties by docid), for a run retrieved ``depth + 1`` deep so that
+    a dropped self-hit does not leave ``depth - 1`` hits behind."""
+    kept = {qid: {docid: score for docid, score in hits.items() if docid != qid} for qid, hits in run.items()}
+    if depth is None:
+        return kept
+    return {qid: dict(sorted(hits.items(), key=lambda hit: (-hit[1], hit[0]))[:depth]) for qid, hits in kept.items()}
 
 
 def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS,

@@ -40,8 +40,8 @@ def sweep_sparse_weight(index_dir: str | os.PathLike, model, queries: dict[str, 
     dense = encoded.dense @ index.dense.T
     stored = (encoded.sparse @ index.sparse.T).toarray()
     base = model.card.sparse_weight
-    return {w: evaluate_run(remove_self_hits(top_run(dense + (w / base) * stored, qids, index.docids, depth)), qrels,
-                            metrics) for w in weights}
+    return {w: evaluate_run(remove_self_hits(top_run(dense + (w / base) * stored, qids, index.docids, depth + 1),
+                                             depth), qrels, metrics) for w in weights}
 
 
 def best_weight(table: dict[float, dict], metric: str = "ndcg@10") -> float:

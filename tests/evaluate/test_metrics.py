@@ -72,6 +72,13 @@ def test_remove_self_hits():
     assert evaluate_run(remove_self_hits(run), qrels, ("mrr@10",)) == {"mrr@10": 1.0}
 
 
+def test_remove_self_hits_then_cut_keeps_depth_hits():
+    """A run retrieved depth + 1 deep keeps depth hits whether or not the self-hit was among them (the chain and
+    the OT-weight sweep scored recall@100 on 99 hits where a query's own id was retrieved)."""
+    run = {"q1": {"q1": 9.0, "a": 3.0, "c": 2.0, "b": 2.0}, "q2": {"x": 5.0, "y": 4.0, "z": 3.0, "w": 1.0}}
+    assert remove_self_hits(run, 3) == {"q1": {"a": 3.0, "b": 2.0, "c": 2.0}, "q2": {"x": 5.0, "y": 4.0, "z": 3.0}}
+
+
 @pytest.mark.parametrize("metric", ["ndcg", "ndcg@0", "P@10", "map@10", "NDCG@10"])
 def test_unknown_metric_is_rejected(metric):
     with pytest.raises(ValueError, match=f"unknown metric '{metric}'"):

@@ -104,13 +104,22 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     # metrics recorded by other encoding, search or evaluation code (or before it was recorded): measured again,
     # nothing trained again (a re-run after a vector-changing fix used to report the old code's stage rows beside
     # new baselines; after a search or scoring fix, the old figures and the OT weight chosen with them)
+    # (and the OT weight chosen on a dev split since carved again by another rule, with its dev rows)
+    from retromae_ir.io import file_digest
+
     results = json.loads((output / "results.json").read_text())
+    evaluated_on = {"corpus_sha256": file_digest(output / "corpus-40.jsonl"),
+                    "dev_qrels_sha256": file_digest(output / "splits" / "dev.tsv")}
     for stage in ("0-pretrain", *STAGES):
-        assert results[stage]["made_with"] == {"encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
+        assert results[stage]["made_with"] == {**evaluated_on, "encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
                                                "evaluation": EVALUATION_VERSION}
         results[stage]["hybrid"]["ndcg@10"] = -1.0
-        # 1-stage1's record goes below: the other three stages each carry another code's older version
-        results[stage]["made_with"][{"0-pretrain": "evaluation", "2-stage2": "search"}.get(stage, "encoding")] -= 1
+        # 1-stage1's record goes below; the others were made on another dev split, or by older code
+        made_with = results[stage]["made_with"]
+        if stage == "0-pretrain":
+            made_with["dev_qrels_sha256"] = "0" * 64
+        else:
+            made_with[{"2-stage2": "search"}.get(stage, "evaluation")] -= 1
     del results["1-stage1"]["made_with"]
     del results["2-stage2"]["eval_wall_s"], results["2-stage2"]["sparse"]  # interrupted under the other code
     (output / "results.json").write_text(json.dumps(results))
