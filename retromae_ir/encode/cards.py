@@ -65,6 +65,7 @@ class EncoderCard:
 
         checks = [
             (self.pooling in ("cls", "mean"), f"pooling must be 'cls' or 'mean', got {self.pooling!r}"),
+            (isinstance(self.normalize, bool), f"normalize must be true or false, got {self.normalize!r}"),
             (self.dims > 0, f"dims must be positive, got {self.dims}"),
             (self.k is None or self.k > 0, f"k must be positive or null, got {self.k}"),
             (self.query_k is None or self.query_k > 0, f"query_k must be positive or null, got {self.query_k}"),

@@ -27,6 +27,9 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
     if not topics:
         raise ValueError("no topics to encode")
     output = Path(output)
+    if (output / "dense" / "index").exists() or "documents" in _manifest_fields(output):
+        raise ValueError(f"{output} holds an encoded corpus (an index): encoding queries there would replace its "
+                         "dense/ and manifest; give another --output")
     qids, texts = list(topics), list(topics.values())
     encoded = model.encode_query(texts, batch_size)
     (output / MANIFEST).unlink(missing_ok=True)  # the files change one by one: until the new manifest, incomplete
@@ -41,3 +44,11 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
                 out.write(json.dumps({"id": qid, "contents": text, "vector": vector}) + "\n")
     return write_manifest(output, model.card, queries=len(qids), weights=model.card.checkpoint_digests(),
                           precision=precision(model))
+
+
+def _manifest_fields(output: Path) -> dict:
+    """The manifest already in ``output`` ({} when there is none or it cannot be read)."""
+    try:
+        return json.loads((output / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}

@@ -37,6 +37,7 @@ def test_fingerprint_follows_the_representation_not_the_name():
     ("kind: dupmae\ndims: 8\n", "missing required"),
     ("checkpoint: x\nkind: dupmae\ndims: 8\nscale: 0\n", "scale"),
     ("- a list\n", "mapping"),
+    ("checkpoint: x\nkind: dupmae\ndims: 8\npooling: cls\nnormalize: 'false'\n", "normalize must be true or false"),
 ])
 def test_bad_cards_are_rejected(tmp_path, text, message):
     path = tmp_path / "bad.yaml"

@@ -271,6 +271,20 @@ def test_queries_of_another_card_replace_every_file(sparse_card, dense_card, tmp
     assert read_manifest(tmp_path / "q")["card"]["kind"] == "cls-dense"
 
 
+def test_queries_are_not_encoded_into_an_index_folder(dense_card, tmp_path, capsys):
+    """--output naming an index replaced its dense/ (the faiss index) and deleted its manifest (exit 0)."""
+    corpus = write_corpus(tmp_path / "corpus.jsonl", IDS, TEXTS)
+    assert main(encode_args(dense_card, corpus, tmp_path / "index")) == 0
+    manifest = (tmp_path / "index" / "manifest.json").read_text()
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("q1\tcells\n")
+    assert status(["queries", "--encoder", str(dense_card), "--topics", str(topics), "--output",
+                   str(tmp_path / "index"), "--device", "cpu", "--dtype", "fp32"]) == 2
+    assert "holds an encoded corpus (an index)" in capsys.readouterr().err
+    assert (tmp_path / "index" / "manifest.json").read_text() == manifest
+    assert (tmp_path / "index" / "dense" / "index").is_file()
+
+
 def test_pre_encoded_queries_of_another_card_or_other_weights_are_refused_against_an_index(
         dense_card, sparse_card, tiny_bert_dir, tmp_path):
     """The queries' manifest records the weight files and precision; ``check_queries`` (run by the encode
