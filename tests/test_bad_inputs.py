@@ -493,6 +493,14 @@ def test_bad_trec_dl_input(world, tmp_path, capsys, case):
      r"conditions\.yaml: condition 'x' needs 'expected'"),
     ("conditions:\n  - {name: x, dataset: scifact, retriever: bm25, expected: {ndcg@10: .nan}}\n",
      r"conditions\.yaml: condition 'x' needs 'expected': a mapping of metric to a finite score"),
+    # each of these checked nothing, or let every score pass, and exited 0
+    ("condition:\n  - {name: x, dataset: scifact, retriever: bm25, expected: {ndcg@10: 0.5}}\n",
+     r"conditions\.yaml: unknown top-level key\(s\) 'condition'"),
+    ("tolerance: 0.001\n", r"conditions\.yaml: 'conditions' must be a non-empty list"),
+    ("tolerance: .nan\nconditions:\n  - {name: x, dataset: scifact, retriever: bm25, expected: {ndcg@10: 0.5}}\n",
+     r"conditions\.yaml: 'tolerance' must be a finite number >= 0, got nan"),
+    ("tolerance: -1\nconditions:\n  - {name: x, dataset: scifact, retriever: bm25, expected: {ndcg@10: 0.5}}\n",
+     r"conditions\.yaml: 'tolerance' must be a finite number >= 0, got -1"),
 ])
 def test_bad_reproduction_matrix(tmp_path, capsys, content, message):
     conditions = tmp_path / "conditions.yaml"

@@ -39,10 +39,10 @@ def test_shipped_matrix_loads_and_has_the_bm25_reproduction():
 def test_commands_and_dry_run(matrix_file, capsys):
     assert main(["--all", "--dry-run", "--conditions-file", str(matrix_file), "--runs-root", "R"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].endswith("--datasets scifact --runs-dir R/bm25.tiny --index-dir R/bm25.tiny/indexes "
+    assert lines[0].endswith("--datasets scifact --runs-dir R/bm25.tiny --index-dir R/bm25.tiny/indexes --force "
                              "--retriever bm25")
     assert lines[1].endswith("--datasets nfcorpus --runs-dir R/dupmae.tiny --index-dir R/dupmae.tiny/indexes "
-                             "--encoder dupmae-minilm --search hybrid")
+                             "--force --encoder dupmae-minilm --search hybrid")
 
 
 def test_unknown_condition_is_an_error(matrix_file, capsys):
@@ -88,7 +88,7 @@ def test_docs_show_every_condition_with_its_command(matrix_file):
     assert "| bm25.tiny | scifact | 0.5000 | 0.9000 |" in text
     assert "| dupmae.tiny | nfcorpus | 0.3000 | – |" in text
     assert ("python eval/beir_all.py --datasets nfcorpus --runs-dir runs/repro/dupmae.tiny --index-dir "
-            "runs/repro/dupmae.tiny/indexes --encoder dupmae-minilm") in text
+            "runs/repro/dupmae.tiny/indexes --force --encoder dupmae-minilm") in text
 
 
 def write_scores(csv: Path, ndcg: float) -> None:

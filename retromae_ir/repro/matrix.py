@@ -58,7 +58,8 @@ class Condition:
     def command(self, runs_root: Path) -> list[str]:
         folder = Path(runs_root) / self.name
         base = [sys.executable, str(REPO / "eval" / "beir_all.py"), "--datasets", self.dataset,
-                "--runs-dir", str(folder), "--index-dir", str(folder / "indexes")]
+                "--runs-dir", str(folder), "--index-dir", str(folder / "indexes"),
+                "--force"]  # the printed command too retrieves anew: a run file left there is never re-scored
         return base + self.chooser + list(self.extra_args)
 
     def results_csv(self, runs_root: Path) -> Path:
@@ -78,8 +79,18 @@ class Matrix:
             raise ValueError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: expected a mapping with 'conditions', got {type(raw).__name__}")
+        unknown = sorted(set(raw) - {"tolerance", "conditions"})
+        if unknown:  # a misspelt 'tolerance' fell back to the default, a misspelt 'conditions' checked nothing
+            raise ValueError(f"{path}: unknown top-level key(s) {', '.join(map(repr, unknown))}; expected 'tolerance' "
+                             "and 'conditions'")
+        if not isinstance(raw.get("conditions"), list) or not raw["conditions"]:
+            raise ValueError(f"{path}: 'conditions' must be a non-empty list (without one nothing is checked)")
+        tolerance = raw.get("tolerance", 0.0005)
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < math.inf:
+            raise ValueError(f"{path}: 'tolerance' must be a finite number >= 0, got {tolerance!r} (NaN or inf passes "
+                             "every score)")
         conditions = {}
-        for number, entry in enumerate(raw.get("conditions") or [], start=1):
+        for number, entry in enumerate(raw["conditions"], start=1):
             try:
                 condition = Condition(**{**entry, "extra_args": tuple(entry.get("extra_args", ()))})
             except TypeError as exc:
@@ -96,7 +107,7 @@ class Matrix:
             if condition.name in conditions:
                 raise ValueError(f"{path}: condition {condition.name!r} is declared twice")
             conditions[condition.name] = condition
-        return cls(float(raw.get("tolerance", 0.0005)), conditions)
+        return cls(float(tolerance), conditions)
 
 
 @dataclass
