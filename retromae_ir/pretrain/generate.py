@@ -11,7 +11,8 @@ renamed onto OUTPUT only when the whole corpus is done, so OUTPUT is always comp
 A partial or finished file is continued only under the same generators, options and seed (``.key.json`` beside
 each), and a record only while its passage is unchanged (``text_sha256``); the rest is generated again.
 Sampling is seeded per batch from (seed, first id of the batch), so a resumed run writes the same texts as
-an uninterrupted one with the same batch size.
+an uninterrupted one with the same batch size, unless the kill tore a batch's write: its complete records are
+kept, and the rest of that batch is sampled in other batches (valid samples, not the same ones).
 """
 from __future__ import annotations
 
