@@ -57,7 +57,7 @@ def evaluate(model, folder: Path) -> dict:
     import numpy as np
 
     from retromae_ir.data.readers import load_beir_corpus
-    from retromae_ir.evaluate import evaluate_run
+    from retromae_ir.evaluate import evaluate_run, remove_self_hits
     from retromae_ir.evaluate.beir_suite import judged_queries
     from retromae_ir.evaluate.sparse_weight import top_run
 
@@ -68,8 +68,8 @@ def evaluate(model, folder: Path) -> dict:
                         show_progress_bar=True)
     qids = list(queries)
     encoded = model.encode([queries[q] for q in qids], batch_size=64, normalize_embeddings=True)
-    return evaluate_run(top_run(np.asarray(encoded) @ np.asarray(docs).T, qids, docids, 100), qrels,
-                        ("ndcg@10", "recall@100"))
+    scores = np.asarray(encoded) @ np.asarray(docs).T  # scored as the chain's rows are: self-hits out, 100 left
+    return evaluate_run(remove_self_hits(top_run(scores, qids, docids, 101), 100), qrels, ("ndcg@10", "recall@100"))
 
 
 def chain_rows(path: Path) -> list[str]:

@@ -16,7 +16,8 @@ its ``--query-k`` OT terms half the document's, half drawn like a document's.
 Then, each in a fresh process so that its peak memory is its own (one run each, no warm-up):
 
 * ``brute``: Eq. 12 over every document (BruteForceScorer, the reference top-10);
-* ``ours``: ExactHybridSearcher, K' = ``--candidates``, ``--threads`` threads, batches of 64 pre-encoded queries;
+* ``ours``: ExactHybridSearcher, K' = ``--candidates``, at most K' hits a query (the searcher raises K' to the hits
+  asked for), ``--threads`` threads, batches of 64 pre-encoded queries;
 * ``pyserini``: Pyserini's HybridSearcher.batch_search over the same faiss index and the Lucene impact index, the
   same pre-encoded queries (``k0`` = K', alpha = 1 / scale^2), ``--threads`` threads.
 
@@ -325,10 +326,11 @@ def phase_ours(args, memory: Memory) -> dict:
     runs = {}
 
     def search_all() -> list:
-        hits = []
+        # at most K' hits: the searcher raises K' to the hits asked for, so --hits 1000 would make every K' 1,000
+        hits, k = [], min(args.hits, searcher.candidates)
         for first in range(0, len(encoded), 64):
             batch = Encoded(encoded.dense[first:first + 64], encoded.sparse[first:first + 64])
-            hits.extend(searcher.search_encoded(batch, args.hits))
+            hits.extend(searcher.search_encoded(batch, k))
         return hits
 
     search_all()  # untimed, as Pyserini's phase: the first depth is not the only one paying the page faults

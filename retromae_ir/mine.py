@@ -25,6 +25,11 @@ from retromae_ir.logs import setup_logging
 logger = logging.getLogger(__name__)
 
 
+# Bumped in the commit that changes which negatives the same run and qrels give, so a chain's mined files made
+# before are mined again. 2: the positives of every query of the same text are left out (2026-11-27).
+MINING_VERSION = 2
+
+
 @dataclass
 class MiningArguments:
     retriever: str = field(metadata={"help": "'bm25', or an encoder card (name or YAML path, e.g. a stage-1 "

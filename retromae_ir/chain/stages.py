@@ -25,6 +25,7 @@ from retromae_ir.data.beir import dataset_digest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
+from retromae_ir.mine import MINING_VERSION
 from retromae_ir.packaged import default_model
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
@@ -123,7 +124,7 @@ class Chain:
         self.log_file = output / "commands.log"
         self.index_root = output / "indexes"
 
-    def timed(self, name: str, done: Path, run, inputs: tuple[Path, ...] = ()) -> Path:
+    def timed(self, name: str, done: Path, run, inputs: tuple[Path, ...] = (), code: dict | None = None) -> Path:
         """Run a stage unless ``done`` exists and results.json records it as made from these ``inputs`` (the
         chain's earlier outputs it reads) into this very output, both by digest (``artifact_digest``). A stage
         without a record (interrupted, or killed before its record: made under settings nobody checked) is run,
@@ -131,9 +132,10 @@ class Chain:
         trained from other inputs. A finished stage whose output was deleted or replaced by hand, or whose inputs
         were made again (a stage 1 trained anew would otherwise keep the negatives mined with the old one), is
         made again from scratch, its old metrics dropped (they would stand beside the new weights). An entry
-        recorded before these digests existed is adopted: its present files are recorded. The wall time goes into
-        results.json."""
-        made_from = as_stored({artifact_label(path): artifact_digest(path) for path in inputs})
+        recorded before these digests existed is adopted: its present files are recorded. ``code``: versions of the
+        code that makes the output, recorded with the inputs (a stage made by older code is made again). The wall
+        time goes into results.json."""
+        made_from = as_stored({**{artifact_label(path): artifact_digest(path) for path in inputs}, **(code or {})})
         entry = self.results.get(name)
         if entry is not None and "output" not in entry and done.exists():
             log.info("%s: recorded by an older retromae_ir; its present inputs and output are recorded", name)
@@ -301,7 +303,8 @@ class Chain:
             "--index-root", str(self.index_root), *(["--index-name", index_name] if index_name else []),
             "--dtype", "bf16" if self.bf16 else "fp32",  # the precision the stage's evaluation encoded its index in
             *([] if self.lucene else ["--no-lucene"]), log_file=self.log_file),
-            inputs=(*([] if retriever == "bm25" else [Path(retriever)]), self.corpus, *self.train_files))
+            inputs=(*([] if retriever == "bm25" else [Path(retriever)]), self.corpus, *self.train_files),
+            code={"mining": MINING_VERSION})
 
     def finetune(self, name: str, stage: str, card: Path, data: Path | list[str], group: int) -> Path:
         """A fine-tuning stage on ``data``: a training file (mined negatives, soft labels) or qrels flags."""

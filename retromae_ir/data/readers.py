@@ -117,10 +117,14 @@ def _text_field(path: Path, number: int, record: dict, key: str, required: bool)
 
 
 def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> list[str]:
-    """Split on the first ``columns - 1`` tabs (a last free-text column may itself hold tabs)."""
+    """Split on the first ``columns - 1`` tabs (a last free-text column may itself hold tabs); the id column is one
+    token, spaces around it aside (a docid file and a TREC run hold one a line or column)."""
     fields = line.split("\t", columns - 1)
     if len(fields) != columns or not fields[0].strip():
         raise DataFormatError(f"{path}:{number}: expected {what} ({columns} tab-separated columns), got {line[:80]!r}")
+    if len(fields[0].split()) != 1:
+        raise DataFormatError(f"{path}:{number}: id {fields[0]!r} holds whitespace (ids are single tokens in docid "
+                              "files and TREC runs)")
     return fields
 
 
@@ -256,6 +260,9 @@ def iter_msmarco_collection(path: PathLike, stats: ReadStats | None = None,
     def records():
         for number, line in iter_lines(path):
             pid, text = _split_tsv(path, number, line, 2, "'pid<TAB>passage'")
+            if pid != pid.strip():
+                raise DataFormatError(f"{path}:{number}: pid {pid!r} has spaces around it (it would not match the "
+                                      "qrels' id)")
             if number == 1 and "\t" in text:  # DPR's psgs_w100.tsv (id, text, title, a header) and the like
                 raise DataFormatError(f"{path}:1: {line.count(chr(9)) + 1} tab-separated columns ({line[:80]!r}); an "
                                       f"MS MARCO collection has 2, 'pid<TAB>passage' (the rest would become text)")
