@@ -46,6 +46,15 @@ def folder(shared_data, tmp_path_factory):
     return out
 
 
+def run_again(argv: list[str], output: Path) -> str:
+    """What running the chain with ``argv`` adds to the log of its ``output``."""
+    start = (output / "chain.log").stat().st_size
+    chain_main(argv)
+    with open(output / "chain.log") as log:
+        log.seek(start)
+        return log.read()
+
+
 def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_bert_dir, tmp_path, capsys):
     output = tmp_path / "chain"
     argv = ["--chain", "scifact-short", "--folder", str(folder), "--model", str(tiny_bert_dir), "--output", str(output), "--no-bf16",
@@ -153,11 +162,7 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     results["5-soft-labels"]["output"] = chain.artifact_digest(output / "5-soft-labels.jsonl")
     results["3-distill"]["hybrid"]["ndcg@10"] = -1.0
     (output / "results.json").write_text(json.dumps(results))
-    distilled = (output / "chain.log").stat().st_size
-    chain_main(argv)
-    with open(output / "chain.log") as log:
-        log.seek(distilled)
-        rerun = log.read()
+    rerun = run_again(argv, output)
     assert "3-distill is made again: made from other 5-soft-labels.jsonl" in rerun
     assert rerun.count("--stage distill") == 1 and "--stage 2" not in rerun and " score --model" not in rerun
     assert 0.0 <= json.loads((output / "results.json").read_text())["3-distill"]["hybrid"]["ndcg@10"] <= 1.0
@@ -167,11 +172,7 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert results["2-mined-negatives"]["inputs"]["mining"] == MINING_VERSION
     results["2-mined-negatives"]["inputs"]["mining"] -= 1
     (output / "results.json").write_text(json.dumps(results))
-    mined = (output / "chain.log").stat().st_size
-    chain_main(argv)
-    with open(output / "chain.log") as log:
-        log.seek(mined)
-        rerun = log.read()
+    rerun = run_again(argv, output)
     assert "2-mined-negatives is made again: made from other mining" in rerun
     assert rerun.count("retromae_ir.mine") == 1 and "--stage 2" not in rerun and "--stage distill" not in rerun
     main = json.loads((output / "results.json").read_text())
@@ -200,13 +201,10 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
         (chain_dir / "5-soft-labels.jsonl").unlink()
         (chain_dir / "results.json").write_text(json.dumps(results))
     teacher = output / "4-cross-encoder"
-    copied = (given / "chain.log").stat().st_size
-    chain_main([*argv[:7], str(given), *argv[8:], f"teacher={teacher}"])
+    log = run_again([*argv[:7], str(given), *argv[8:], f"teacher={teacher}"], given)
     assert not (given / "4-cross-encoder").exists()
     distilled = json.loads((given / "results.json").read_text())
     assert distilled["3-distill"]["settings"]["teacher"] == str(teacher)
-    with open(given / "chain.log") as log:
-        log.seek(copied)
-        assert f"score --model {teacher} --input {given}/" in log.read()
+    assert f"score --model {teacher} --input {given}/" in log
     assert (output / "commands.log").stat().st_size == commands
     assert json.loads((output / "results.json").read_text()) == main
