@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 
@@ -21,7 +22,7 @@ from retromae_ir.training.arguments import TrainingArguments
 from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.backbone import check_config
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
-from retromae_ir.pretrain.data import check_maskable, load_segments
+from retromae_ir.pretrain.data import check_maskable, load_segments, reader_version
 from retromae_ir.io import checkpoint_key, command_errors
 from retromae_ir.training.trainer import Trainer, exclusive_run, run_identity
 
@@ -42,6 +43,15 @@ def parse(argv: list[str] | None = None):
     return (*parser.parse_args_into_dataclasses(argv), method_cls)
 
 
+def corpus_reader(corpus: str | None) -> dict | None:
+    """How the corpus is read, for the run identity, where that differs from before ``CACHE_VERSION`` 4 (an MS MARCO
+    ``.tsv``, a titled ``{"text"}`` JSONL): a run started by older code, or on the same bytes under another name
+    (read as plain lines), is then another run, not one to resume. None (nothing added) for the other formats, so
+    their runs resume as before."""
+    version = reader_version(corpus) if corpus and Path(corpus).is_file() else None
+    return {"corpus_reader": version} if version else None
+
+
 def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArguments, training: TrainingArguments,
         contrastive: ContrastiveArguments, method_args, method_cls) -> None:
     """Validate cheaply (model type, max length, output dir and what it resumes), then load, tokenise and train."""
@@ -49,7 +59,7 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     check_config(model_name, data.max_length)
     # a local start's weight and tokenizer files: one trained again in place is another start
     identity = run_identity(model_args, data, masking, training, contrastive, method_args,
-                            {"start_weights": checkpoint_key(model_name)})
+                            {"start_weights": checkpoint_key(model_name)}, corpus_reader(data.corpus))
     with exclusive_run(training, identity):
         _train(model_name, data, masking, training, contrastive, method_args, method_cls, identity)
 

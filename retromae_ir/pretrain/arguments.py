@@ -17,7 +17,8 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
-    corpus: str = field(metadata={"help": "BEIR corpus.jsonl, JSONL with a 'text' field, or plain text (one doc a line)"})
+    corpus: str = field(metadata={"help": "BEIR corpus.jsonl, an MS MARCO collection .tsv, JSONL with a 'text' "
+                                          "field, or plain text (one doc a line)"})
     max_length: int = field(default=128, metadata={"help": "tokens per segment, [CLS] and [SEP] included"})
     tokenized_cache: str | None = field(default=None, metadata={
         "help": "tokenised-corpus file: read if it exists (and matches tokenizer + max length), else written"})

@@ -90,3 +90,19 @@ def test_the_same_bytes_read_as_another_format_are_tokenised_again(tmp_path, tok
     as_tsv = list(load_segments(tmp_path / "c.tsv", tokenizer, 16, cache))
     as_plain = list(load_segments(tmp_path / "c.txt", tokenizer, 16, cache))
     assert [s.docid for s in as_tsv] == ["7", "9"] and [s.docid for s in as_plain] == ["1", "2"]
+
+
+def test_a_run_on_the_same_bytes_read_otherwise_is_another_run(tmp_path):
+    """The run identity hashes the corpus's bytes; a collection read as MS MARCO (.tsv) and the same bytes read as
+    plain lines (.txt), or read as plain lines by a run started before the .tsv reader, must not resume each other."""
+    from retromae_ir.pretrain.__main__ import corpus_reader
+    from retromae_ir.training.trainer import run_identity
+
+    (tmp_path / "c.tsv").write_text("7\talpha beta\n9\tgamma delta\n")
+    (tmp_path / "c.txt").write_bytes((tmp_path / "c.tsv").read_bytes())
+    (tmp_path / "c.jsonl").write_text('{"_id": "7", "text": "alpha beta"}\n')
+    assert corpus_reader(str(tmp_path / "c.tsv")) == {"corpus_reader": 4}
+    assert corpus_reader(str(tmp_path / "c.txt")) is None and corpus_reader(str(tmp_path / "c.jsonl")) is None
+    identities = [run_identity({"corpus": str(tmp_path / name)}, corpus_reader(str(tmp_path / name)))
+                  for name in ("c.tsv", "c.txt")]
+    assert identities[0]["corpus"] == identities[1]["corpus"] and identities[0] != identities[1]
