@@ -99,9 +99,7 @@ def _id_field(path: Path, number: int, record: dict, keys: tuple[str, ...]) -> s
     for key in keys:
         value = record.get(key)
         if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
-            if len(str(value).split()) != 1 or str(value) != str(value).strip():  # a docid file holds one a line
-                raise DataFormatError(f"{path}:{number}: id {value!r} holds whitespace (ids are single tokens in "
-                                      "docid files and TREC runs)")
+            _check_token(path, number, str(value))
             return str(value)
     raise DataFormatError(f"{path}:{number}: missing or empty id field {' / '.join(repr(k) for k in keys)}")
 
@@ -122,10 +120,15 @@ def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> l
     fields = line.split("\t", columns - 1)
     if len(fields) != columns or not fields[0].strip():
         raise DataFormatError(f"{path}:{number}: expected {what} ({columns} tab-separated columns), got {line[:80]!r}")
-    if len(fields[0].split()) != 1:
-        raise DataFormatError(f"{path}:{number}: id {fields[0]!r} holds whitespace (ids are single tokens in docid "
-                              "files and TREC runs)")
+    _check_token(path, number, fields[0].strip())
     return fields
+
+
+def _check_token(path: Path, number: int, docid: str) -> None:
+    """An id is one token: a docid file holds one a line, a TREC run one a column."""
+    if len(docid.split()) != 1 or docid != docid.strip():
+        raise DataFormatError(f"{path}:{number}: id {docid!r} holds whitespace (ids are single tokens in docid files "
+                              "and TREC runs)")
 
 
 _HEADER_IDS = {"id", "_id", "qid", "query_id", "query-id", "pid", "docid", "doc_id", "corpus-id"}

@@ -64,7 +64,7 @@ def remove_self_hits(run: Run, depth: int | None = None) -> Run:
     kept = {qid: {docid: score for docid, score in hits.items() if docid != qid} for qid, hits in run.items()}
     if depth is None:
         return kept
-    return {qid: dict(sorted(hits.items(), key=lambda hit: (-hit[1], hit[0]))[:depth]) for qid, hits in kept.items()}
+    return {qid: dict(ranked(hits)[:depth]) for qid, hits in kept.items()}
 
 
 def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS,

@@ -37,10 +37,9 @@ def iter_documents(path: str | Path) -> Iterator[tuple[str, str]]:
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"corpus file not found: {path}")
-    first = next(iter_lines(path), None)
-    if first is None:
+    form = file_format(path)
+    if form is None:
         raise CorpusError(f"corpus {path} is empty")
-    form = corpus_format(path, first)
     if form == "tsv":  # read as text, 'pid<TAB>' would be in every segment
         yield from ((doc.docid, doc.contents) for doc in iter_msmarco_collection(path))
     elif form == "plain":
@@ -70,9 +69,13 @@ def reader_version(path: str | Path) -> int | None:
     """4 for the formats :func:`iter_documents` reads otherwise since :data:`CACHE_VERSION` 4 (an MS MARCO TSV, a
     titled ``{"text"}`` JSONL), None for those it reads as it always did (BEIR, plain text): what a key of counts
     made from the documents adds, so that only the changed formats are counted again."""
-    path = Path(path)
+    return 4 if file_format(Path(path)) in ("tsv", "text") else None
+
+
+def file_format(path: Path) -> str | None:
+    """:func:`corpus_format` of ``path`` by its name and first line; None for an empty file."""
     first = next(iter_lines(path), None)
-    return 4 if first is not None and corpus_format(path, first) in ("tsv", "text") else None
+    return None if first is None else corpus_format(path, first)
 
 
 def _maybe_json(line: str) -> dict | None:
@@ -205,8 +208,7 @@ def _cache_key(path: str | Path, tokenizer, max_length: int) -> str:
     # the corpus's bytes (not its path and mtime: a same-size edit copied with its mtime is another corpus) and the
     # tokenizer's vocabulary, added tokens, normaliser and pre-tokeniser; and how the file is read (a collection.tsv
     # copied to .txt is read as plain lines, pid and tab included)
-    first = next(iter_lines(path), (1, ""))
-    parts = [str(CACHE_VERSION), file_digest(path), corpus_format(path, first), str(max_length),
+    parts = [str(CACHE_VERSION), file_digest(path), str(file_format(path)), str(max_length),
              type(tokenizer).__name__, tokenizer_fingerprint(tokenizer)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 

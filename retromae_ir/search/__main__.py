@@ -17,7 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, type=Path, help="TREC run file to write")
     parser.add_argument("--mode", choices=MODES, default="hybrid")
     parser.add_argument("--hits", type=int, default=1000)
-    parser.add_argument("--candidates", type=int, default=1000, help="K': top hits taken from each side (raised to --hits where lower)")
+    parser.add_argument("--candidates", type=int, default=1000,
+                        help="K': top hits taken from each side (raised to --hits where lower)")
     parser.add_argument("--brute-force", action="store_true", help="score every document (small corpora)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
