@@ -1,0 +1,12 @@
+# #12 item 6 on the lent GPU: encode_search's encode step in bf16 and fp32 on 2,000 scifact documents.
+source .gpu/setup.sh
+export PYTHONUNBUFFERED=1
+nvidia-smi -L | tee $OUT/machine.txt
+python3 -c "import torch, transformers, sys; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name())" | tee -a $OUT/machine.txt
+python3 -c "import faiss; print('faiss', faiss.__version__, 'GPUs', faiss.get_num_gpus())" >> $OUT/machine.txt 2>&1 || echo "faiss: not installed" >> $OUT/machine.txt
+for dt in bf16 fp32; do
+  timeout 250 python3 benchmarks/encode_search.py --corpus .gpu/data/corpus.jsonl --work /tmp/es-$dt --device cuda \
+    --dtype $dt --encode-docs 2000 --rounds 3 --skip precision search sizes > $OUT/encode-search-cuda-$dt.log 2>&1
+  echo "$dt rc=$?"; tail -25 $OUT/encode-search-cuda-$dt.log
+  cp /tmp/es-$dt/results.json $OUT/encode-search-cuda-$dt.json 2>/dev/null
+done
