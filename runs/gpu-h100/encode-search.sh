@@ -1,5 +1,7 @@
 # #12 item 6 on the lent GPU: encode_search's encode step in bf16 and fp32 on 2,000 scifact documents.
-source .gpu/setup.sh
+# As run 2026-11-27: fp32 came from this script; bf16 timed out at 250 s in round 2 of 3 (encode-search-cuda-bf16-3-rounds-timed-out.log)
+# and was run again alone with --rounds 2 under `timeout 320` (encode-search-cuda-bf16.log, .json).
+source .gpu/setup.sh  # .gpu/ built by runs/gpu-h100/bundle.sh
 export PYTHONUNBUFFERED=1
 nvidia-smi -L | tee $OUT/machine.txt
 python3 -c "import torch, transformers, sys; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name())" | tee -a $OUT/machine.txt
