@@ -105,7 +105,8 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     cost nothing. BERT's head (:func:`split_lm_head`) runs its transform (dense, activation, LayerNorm) once on
     the packed rows, and its decoder (the tied word embeddings, plus bias) on tiles of at most ``rows`` packed
     rows (:data:`CPU_ROWS` on a CPU, :data:`ACCELERATOR_ROWS` elsewhere, when None) by ``vocab_tile`` vocabulary
-    entries, so [rows, vocab_tile] is the largest logits tensor. Row tiles are ``rows`` consecutive packed rows
+    entries, so [rows, vocab_tile] is the largest logits tensor. On an accelerator without a graph and with
+    ``rows`` None, :func:`max_pool_logits_naive` runs instead (:func:`padded_head_is_faster`). Row tiles are ``rows`` consecutive packed rows
     whatever the documents (:func:`row_tiles`), so every product but the last has its full height; each
     document's part of a tile is reduced with ``amax`` into its row (``index_reduce_(..., "amax")`` over a tile of
     more than :data:`SEGMENT_LOOP` documents, or of more than one off the CPU). Another head, or an int8-quantised
@@ -119,9 +120,11 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     ``amax``'s do); another head back-propagates through its tiles' running max (updated out of place).
     A text without ordinary tokens pools to -inf, which every activation maps to 0.
     """
-    rows = rows or (CPU_ROWS if hidden.device.type == "cpu" else ACCELERATOR_ROWS)
-    if rows < 1 or vocab_tile < 1:
+    if rows is not None and rows < 1 or vocab_tile < 1:
         raise ValueError(f"rows and vocab_tile must be positive, got {rows} and {vocab_tile}")
+    if rows is None and padded_head_is_faster(hidden):
+        return max_pool_logits_naive(lm_head, hidden, token_mask)
+    rows = rows or (CPU_ROWS if hidden.device.type == "cpu" else ACCELERATOR_ROWS)
     batch = hidden.shape[0]
     packed = hidden[token_mask.bool()]  # [N, H], documents in order
     counts = token_mask.sum(1)  # ordinary tokens a document
@@ -140,6 +143,16 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
         if torch.is_grad_enabled() and any(t.requires_grad for t in trainable):
             return _TiledMaxPool.apply(transformed, decoder.weight, decoder.bias, owner, counts, rows, vocab_tile)
         return _tiled_max(transformed, _decoder_tiles(decoder, vocab_tile), owner, counts, rows)
+
+
+def padded_head_is_faster(hidden: torch.Tensor) -> bool:
+    """Whether the head over every position of 16 texts at a time beats the packed, tiled route: on a GPU
+    without a graph. There the tiled route's many small products and ``index_reduce_``'s atomic maxima lose: on
+    an H100 (2,000 scifact documents, batches of 64, runs/gpu-h100/encode-search-cuda-*.log) DupMAE encoded
+    1,638-1,776 docs/s tiled against 2,418-2,583 naive in bf16 and 1,425-1,498 against 1,682-1,694 in fp32, in
+    every round. Under a graph the naive route would keep [16, L, V] logits for the backward, so training keeps
+    the tiled one."""
+    return hidden.device.type != "cpu" and not torch.is_grad_enabled()
 
 
 # [256, 4096] fp32 logits (4 MiB) a tile. On AMD's AVX-512 EPYC, over two runs of the head alone on scifact's

@@ -150,8 +150,40 @@ def test_bf16_autocast_keeps_the_dtype_and_stays_close(mlm, batch):
 
 def test_bad_tile_sizes_are_refused(mlm, batch):
     hidden, mask = batch
-    with pytest.raises(ValueError, match="positive"):
-        max_pool_logits(mlm.cls, hidden, mask, vocab_tile=0)
+    for sizes in ({"vocab_tile": 0}, {"rows": 0}, {"rows": -3}):
+        with pytest.raises(ValueError, match="positive"):
+            max_pool_logits(mlm.cls, hidden, mask, **sizes)
+
+
+def test_an_accelerator_without_a_graph_takes_the_padded_route():
+    """The route is chosen by device and graph: the packed, tiled one on a CPU and whenever gradients flow; the
+    padded per-chunk head on an accelerator (a meta tensor stands in for one here) at inference."""
+    from retromae_ir.encode.representation import padded_head_is_faster
+
+    on_cpu, elsewhere = torch.zeros(2, 3), torch.zeros(2, 3, device="meta")
+    with torch.no_grad():
+        assert padded_head_is_faster(elsewhere) and not padded_head_is_faster(on_cpu)
+    with torch.enable_grad():
+        assert not padded_head_is_faster(elsewhere)
+
+
+def test_the_padded_route_gives_the_tiled_values(mlm, batch, monkeypatch):
+    """Where the padded route is taken (forced here on the CPU) it is the naive max-pool, equal to the tiled one;
+    an explicit ``rows`` still asks for the tiled route."""
+    import retromae_ir.encode.representation as representation
+
+    hidden, mask = batch
+    with torch.no_grad():
+        tiled = max_pool_logits(mlm.cls, hidden, mask)
+        monkeypatch.setattr(representation, "padded_head_is_faster", lambda hidden: True)
+        calls = []
+        monkeypatch.setattr(representation, "max_pool_logits_naive",
+                            lambda *a, **k: calls.append(1) or max_pool_logits_naive(*a, **k))
+        padded = max_pool_logits(mlm.cls, hidden, mask)
+        assert calls == [1]
+        max_pool_logits(mlm.cls, hidden, mask, rows=8)
+        assert calls == [1]
+    torch.testing.assert_close(padded, tiled, rtol=1e-5, atol=1e-5)
 
 
 def _gradients(mlm, hidden, mask, pool, k=None):
