@@ -150,8 +150,9 @@ def padded_head_is_faster(hidden: torch.Tensor) -> bool:
     without a graph. There the tiled route's many small products and ``index_reduce_``'s atomic maxima lose: on
     an H100 (2,000 scifact documents, batches of 64, runs/gpu-h100/encode-search-cuda-*.log) DupMAE encoded
     1,638-1,776 docs/s tiled against 2,418-2,583 naive in bf16 and 1,425-1,498 against 1,682-1,694 in fp32, in
-    every round. Under a graph the naive route would keep [16, L, V] logits for the backward, so training keeps
-    the tiled one."""
+    every round; with this route chosen, 2,430 against 1,602 in bf16 and within noise in fp32
+    (runs/gpu-h100/route-after-change.log). Under a graph the naive route would keep [16, L, V] logits for the
+    backward, so training keeps the tiled one."""
     return hidden.device.type != "cpu" and not torch.is_grad_enabled()
 
 
