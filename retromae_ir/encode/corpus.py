@@ -317,7 +317,7 @@ def write_dense(folder: Path, card: EncoderCard, chunks) -> int:
     import faiss
 
     index = faiss.IndexFlatIP(card.dims)
-    with open(folder / "docid", "w") as out:
+    with open(folder / "docid", "w", encoding="utf-8") as out:  # DocidTable reads UTF-8 whatever the locale
         for docids, dense in chunks:
             if dense.shape[1] != card.dims:
                 raise IndexMismatchError(f"encoded vectors have {dense.shape[1]} dimensions, the card says {card.dims}")

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from retromae_ir.encode.base import Encoded, EncoderModel
-from retromae_ir.encode.manifest import check_precision, manifest_precision
+from retromae_ir.encode.manifest import check_card, check_precision, manifest_precision
 from retromae_ir.search.brute_force import top_hits, top_positions
 from retromae_ir.search.index import MODES, HybridIndex
 
@@ -54,11 +54,14 @@ class ExactHybridSearcher:
 
     @property
     def model(self) -> EncoderModel:
-        """Queries are encoded in the precision the documents were (the manifest's: fp32, bf16 autocast, int8)."""
+        """Queries are encoded in the precision the documents were (the manifest's: fp32, bf16 autocast, int8),
+        by the weights that encoded them: checked again once loaded, since loading a hub name may download a newer
+        revision than the cache held when the index was opened (or the only one, into an empty cache)."""
         if self._model is None:
             precision = manifest_precision(self.index.manifest)
             device = self.device or ("cpu" if precision == "int8" else None)  # int8 runs on the CPU only
             model = EncoderModel.from_card(self.index.card, device=device, bf16=precision == "bf16")
+            check_card(self.index.manifest, model.card, str(self.index.directory))
             self._model = model.quantize_int8() if precision == "int8" else model
         return self._model
 

@@ -208,6 +208,35 @@ def test_an_index_replaced_while_it_was_opened_is_an_error_not_a_search(tmp_path
         retriever.retrieve(CORPUS, "handful", queries)
 
 
+def test_weights_that_change_while_the_model_loads_are_refused(tmp_path, tiny_bert_dir, monkeypatch):
+    """The index is checked against the checkpoint's files when opened, the model loaded later: a hub name whose
+    loading downloads a newer revision (simulated: the folder trained again during from_card) would encode the
+    queries with other weights than the documents'. The searcher checks again once the model is loaded."""
+    from retromae_ir.encode import EncoderModel
+    from retromae_ir.encode.manifest import IndexMismatchError
+    from retromae_ir.search.exact_hybrid import ExactHybridSearcher
+
+    from checkpoints import train_again_in_place
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_bert_dir, checkpoint)
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {checkpoint}\nkind: cls-dense\ndims: 32\n")
+    index_dir = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, lucene=False,
+                                 bf16=False).build_index(CORPUS, "handful")
+    assert ExactHybridSearcher(index_dir, str(card), mode="dense", device="cpu").model  # unchanged: loads
+    searcher = ExactHybridSearcher(index_dir, str(card), mode="dense", device="cpu")  # opened: files match
+    loaded = EncoderModel.from_card.__func__
+
+    def newer_revision_on_load(cls, *args, **kwargs):
+        train_again_in_place(checkpoint)
+        return loaded(cls, *args, **kwargs)
+
+    monkeypatch.setattr(EncoderModel, "from_card", classmethod(newer_revision_on_load))
+    with pytest.raises(IndexMismatchError, match="other weights"):
+        searcher.batch_search(["cells"], ["q1"], k=2)
+
+
 def test_queries_are_encoded_in_the_precision_of_the_index(tmp_path, tiny_bert_dir):
     """An index encoded under bf16 autocast is searched with bf16 queries when the searcher loads the card itself
     (it used to load fp32 whatever the documents were)."""
