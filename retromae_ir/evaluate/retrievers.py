@@ -14,6 +14,7 @@ from retromae_ir.bm25 import BM25Params, BM25Retriever
 from retromae_ir.cli import add_compile_argument
 from retromae_ir.io import claim_output
 from retromae_ir.logs import setup_logging
+from retromae_ir.runs import MAX_DEPTH
 
 
 def add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +38,9 @@ def add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 ENCODER_DEFAULTS = {"batch_size": 64, "dtype": "auto"}
+# hits the drivers retrieve: one more than a run file keeps, so that dropping a query's own id (BEIR) leaves
+# 1,000 (runs of 999 were written before); cached_run cuts every run to MAX_DEPTH
+DEPTH = MAX_DEPTH + 1
 BM25_DEFAULTS = {"k1": BM25Params.k1, "b": BM25Params.b}
 
 
@@ -57,11 +61,11 @@ def make_retriever(args: argparse.Namespace):
     if args.encoder:
         from retromae_ir.search.retriever import EncoderRetriever
 
-        return EncoderRetriever(args.encoder, args.search, args.index_dir, batch_size=given["batch_size"],
-                                threads=args.threads,
+        return EncoderRetriever(args.encoder, args.search, args.index_dir, hits=DEPTH,
+                                batch_size=given["batch_size"], threads=args.threads,
                                 bf16=None if given["dtype"] == "auto" else given["dtype"] == "bf16",
                                 compile_backend=args.compile)
-    return BM25Retriever(args.index_dir / "bm25", BM25Params(given["k1"], given["b"]), args.threads)
+    return BM25Retriever(args.index_dir / "bm25", BM25Params(given["k1"], given["b"], hits=DEPTH), args.threads)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 from retromae_ir.data.readers import iter_corpus
 from retromae_ir.io import as_stored, key_path, pairs_digest, read_key, write_key
-from retromae_ir.runs import Run, read_trec_run, write_trec_run
+from retromae_ir.runs import MAX_DEPTH, Run, ranked, read_trec_run, write_trec_run
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ def run_key(retriever, corpus: str | os.PathLike, queries: dict[str, str], **ext
 def cached_run(path: str | os.PathLike, retrieve: Callable[[], Run], queries: Iterable[str], tag: str,
                key: dict, force: bool = False) -> CachedRun:
     """The run in ``path`` if it was made under ``key`` (see ``run_key``) and is usable, unless ``force``; else
-    ``retrieve()``'s, written to ``path`` atomically once it has passed ``checked_run``, then its key. Judged
+    ``retrieve()``'s cut to each query's best ``MAX_DEPTH`` (a retriever asked for one more, in case a self-hit
+    is dropped), written to ``path`` atomically once it has passed ``checked_run``, then its key. Judged
     queries without hits are logged and returned."""
     path, queries = Path(path), list(queries)
     key = as_stored(key)
@@ -63,6 +64,7 @@ def cached_run(path: str | os.PathLike, retrieve: Callable[[], Run], queries: It
     reused = run is not None
     if run is None:
         run = checked_run(retrieve(), len(queries), f"{path.name}: retrieval")
+        run = {qid: dict(ranked(hits)[:MAX_DEPTH]) for qid, hits in run.items()}  # what the file holds, as reused
         key_path(path).unlink(missing_ok=True)  # until the new key is written, the run file is not reusable
         write_trec_run(path, run, tag)
         write_key(path, key)

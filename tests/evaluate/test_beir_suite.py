@@ -192,6 +192,10 @@ def test_the_drivers_encoding_precision_can_be_forced_either_way(tmp_path):
     for dtype, bf16 in (("auto", None), ("fp32", False), ("bf16", True)):
         args = parser.parse_args(["--encoder", "minilm-mean", "--dtype", dtype, "--index-dir", str(tmp_path)])
         assert make_retriever(args).bf16 is bf16
+    from retromae_ir.evaluate.retrievers import DEPTH  # one deeper than a run file, for a dropped self-hit
+
+    assert make_retriever(args).hits == DEPTH
+    assert make_retriever(parser.parse_args(["--index-dir", str(tmp_path)])).params.hits == DEPTH
 
 
 def test_a_dataset_named_twice_is_run_and_averaged_once(tmp_path):
@@ -202,3 +206,28 @@ def test_a_dataset_named_twice_is_run_and_averaged_once(tmp_path):
     results = BeirSuite(retriever, tmp_path / "runs", tmp_path / "data", download=False).run(
         ["scifact", "nfcorpus", "scifact"])
     assert [r.dataset for r in results] == ["scifact", "nfcorpus"] and retriever.calls == 2
+
+
+def test_a_run_keeps_1000_hits_after_its_self_hit_is_dropped(tmp_path):
+    """The drivers' retrievers retrieve 1,001 hits; the suite drops the query's own id and keeps the best 1,000
+    (the run files of queries that retrieved themselves held 999), and a run that did not retrieve itself is cut
+    to the 1,000 its file holds, so a fresh run and the same run reused score alike."""
+    from retromae_ir.evaluate.retrievers import DEPTH
+    from retromae_ir.runs import MAX_DEPTH, read_trec_run
+
+    assert DEPTH == MAX_DEPTH + 1
+    write_part(tmp_path / "data" / "scifact")
+    deep = {f"d{i}": float(DEPTH - i) for i in range(DEPTH)}
+    for hits in ({"q": 1e9, **deep}, deep):  # the query's own id first, then without it
+        retriever = StubRetriever({"q": dict(list(hits.items())[:DEPTH])})
+        suite = BeirSuite(retriever, tmp_path / "runs", tmp_path / "data", download=False, force=True)
+        fresh = suite.run_dataset("scifact")
+        written = read_trec_run(tmp_path / "runs" / "beir-scifact.trec")
+        assert len(written["q"]) == MAX_DEPTH and "q" not in written["q"]
+        assert list(written["q"])[-1] == f"d{MAX_DEPTH - 1}"
+        reused = BeirSuite(retriever, tmp_path / "runs", tmp_path / "data", download=False).run_dataset("scifact")
+        assert reused.status == "reused" and reused.metrics == fresh.metrics
+    from retromae_ir.evaluate.runs import cached_run
+
+    cached = cached_run(tmp_path / "run.trec", lambda: {"q": deep}, ["q"], "t", {"k": 1})
+    assert list(cached.run["q"]) == list(read_trec_run(tmp_path / "run.trec")["q"]) == list(deep)[:MAX_DEPTH]
