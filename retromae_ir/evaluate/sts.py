@@ -407,9 +407,14 @@ def score_sets(data: dict[str, list[StsPairs]], embed: Callable[[list[str]], np.
             index.setdefault(sentence, len(index))
     logger.info("embedding %d distinct sentences of %d pairs", len(index),
                 sum(len(p) for parts in data.values() for p in parts))
-    vectors = np.asarray(embed(list(index)))
+    sentences = list(index)
+    vectors = np.asarray(embed(sentences))
     if vectors.shape[0] != len(index):
         raise ValueError(f"the encoder returned {vectors.shape[0]} embeddings for {len(index)} sentences")
+    broken = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+    if len(broken):  # NaN/inf vectors would score cosine 0 and be ranked as if that were a similarity
+        raise ValueError(f"the encoder returned {len(broken)} embeddings with NaN or inf values (a diverged "
+                         f"checkpoint, or an overflow under bf16), e.g. for {sentences[broken[0]]!r}")
     results = []
     for name, parts in data.items():
         cosines, subsets = [], []
@@ -418,6 +423,10 @@ def score_sets(data: dict[str, list[StsPairs]], embed: Callable[[list[str]], np.
             cosines.append(sims)
             subsets.append(SubsetScore(pairs.name, len(pairs), pairs.unscored, 100 * spearman(sims, pairs.gold)))
         pooled = 100 * spearman(np.concatenate(cosines), np.concatenate([p.gold for p in parts]))
+        undefined = [sub.name for sub in subsets if math.isnan(sub.spearman)] + ([name] if math.isnan(pooled) else [])
+        if undefined:  # a constant side (every pair scored alike, or fewer than 2 pairs): no correlation exists
+            raise ValueError(f"{name}: Spearman is undefined for {', '.join(undefined)}: the cosines or the gold "
+                             "scores are all equal there, or it has fewer than 2 pairs")
         results.append(SetScore(name, sum(len(p) for p in parts), pooled, subsets))
         logger.info("%s: Spearman x100 all %.2f%s over %d pairs", name, pooled,
                     f", mean of {len(subsets)} subsets {results[-1].mean:.2f}" if len(subsets) > 1 else "",

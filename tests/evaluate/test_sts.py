@@ -178,6 +178,19 @@ def test_score_sets_pooled_and_mean_and_one_embedding_call():
     assert result.pairs == 6
 
 
+def test_non_finite_embeddings_and_undefined_correlations_are_refused():
+    """A NaN or inf vector (a diverged checkpoint, a bf16 overflow) scored cosine 0 and was ranked as a similarity;
+    a set whose cosines are all equal has no Spearman (NaN, shown as '-' in an exit-0 table)."""
+    pairs = StsPairs("one", ["s1", "s1", "s3"], ["s2", "s3", "s2"], np.array([5.0, 3.0, 0.0]))
+    for bad in (np.nan, np.inf):
+        vectors = {"s1": [1.0, 0.0], "s2": [0.0, 1.0], "s3": [bad, 1.0]}
+        with pytest.raises(ValueError, match="1 embeddings with NaN or inf values.*'s3'"):
+            score_sets({"STSX": [pairs]}, lambda sentences: np.array([vectors[s] for s in sentences]))
+    same = lambda sentences: np.ones((len(sentences), 2))  # every cosine 1
+    with pytest.raises(ValueError, match="STSX: Spearman is undefined for one, STSX"):
+        score_sets({"STSX": [pairs]}, same)
+
+
 # -------------------------------------------------------------------------------------------------- resolution
 
 @pytest.fixture()
