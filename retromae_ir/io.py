@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -72,19 +73,28 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary directory beside ``path``; on success it replaces ``path`` (removed first if present)."""
+    """Yield a temporary directory beside ``path``; on success it replaces ``path``. A ``path`` already there is
+    first renamed to a temporary's name and deleted only after the new one is in place, so a kill at any moment
+    leaves ``path`` whole (old or new) or absent, never half deleted (a checkpoint saved again at the end of a
+    resumed run was deleted in place, and a kill meanwhile left a folder that loaded as complete)."""
     target = Path(path)
     make_parent(target)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    aside = None
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())
         if target.exists():
-            shutil.rmtree(target)
+            aside = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"  # remove_stale_temporaries' pattern
+            os.rename(target, aside)
         os.replace(tmp, target)
     except BaseException:
+        if aside is not None and aside.exists() and not target.exists():
+            os.rename(aside, target)  # the new one never arrived: the old one back
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if aside is not None:
+        shutil.rmtree(aside)
 
 
 _DIGESTS: dict[tuple, str] = {}

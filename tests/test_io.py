@@ -26,6 +26,40 @@ def test_atomic_dir_keeps_umask_mode(tmp_path, umask_022):
     assert (tmp_path / "index").stat().st_mode & 0o777 == 0o755
 
 
+def test_a_folder_replaced_again_is_never_left_half_deleted(tmp_path, monkeypatch):
+    """Saving a folder over itself (a checkpoint saved again at the end of a resumed run) deleted the old one in
+    place before the rename: a kill during the deletion left half of it, which later loaded as complete. Now the
+    old copy is moved aside first: a kill while deleting it leaves the new folder whole."""
+    import shutil
+    from pathlib import Path
+
+    import retromae_ir.io as io
+
+    target = tmp_path / "step-10"
+    target.mkdir()
+    for name in ("weights", "trainer_state", "projection"):
+        (target / name).write_text("old")
+    real_rmtree, killed = shutil.rmtree, []
+
+    def killed_while_deleting(path, *args, **kwargs):
+        if not killed:  # the first deletion is of the old copy: kill it midway
+            killed.append(path)
+            next(Path(path).iterdir()).unlink()
+            raise KeyboardInterrupt
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(io.shutil, "rmtree", killed_while_deleting)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_dir(target) as tmp:
+            for name in ("weights", "trainer_state", "projection"):
+                (tmp / name).write_text("new")
+    assert killed and {f.name: f.read_text() for f in target.iterdir()} == dict.fromkeys(
+        ("weights", "trainer_state", "projection"), "new")
+    monkeypatch.setattr(io.shutil, "rmtree", real_rmtree)
+    assert io.remove_stale_temporaries(tmp_path)  # the old copy's remains, under a temporary's name
+    assert [p.name for p in tmp_path.iterdir()] == ["step-10"]
+
+
 def test_second_writer_is_refused_with_the_holders_pid(tmp_path):
     out = tmp_path / "idx"
     with held_lock(out) as pid:
