@@ -27,8 +27,9 @@ def cpu_flags() -> frozenset[str]:
 
 def bf16_is_fast(device: torch.device | str) -> bool:
     device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda":  # native from Ampere (8.0) on; is_bf16_supported() also says yes where it is emulated
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.get_device_capability(index) >= (8, 0)
     if device.type == "cpu":
         return any(flag in cpu_flags() for flag in NATIVE_BF16_CPU_FLAGS)
     return False
