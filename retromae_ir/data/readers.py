@@ -134,11 +134,12 @@ def _check_token(path: Path, number: int, docid: str) -> None:
 _HEADER_IDS = {"id", "_id", "qid", "query_id", "query-id", "pid", "docid", "doc_id", "corpus-id"}
 
 
-def _refuse_header(path: Path, number: int, key: str) -> None:
-    """A first line whose id column is a column name is a header, not a record (it became a query or document)."""
-    if number == 1 and key.strip().lower() in _HEADER_IDS:
-        raise DataFormatError(f"{path}:1: {key.strip()!r} in the id column is a header line; remove it (this format "
-                              "has none)")
+def _refuse_header(path: Path, number: int, key: str, first: bool) -> None:
+    """A first record (blank lines before it skipped) whose id column is a column name is a header, not a record
+    (it became a query or document)."""
+    if first and key.strip().lower() in _HEADER_IDS:
+        raise DataFormatError(f"{path}:{number}: {key.strip()!r} in the id column is a header line; remove it (this "
+                              "format has none)")
 
 
 def _checked(path: Path, records: Iterable[tuple[int, str, str, object]], stats: ReadStats | None,
@@ -261,15 +262,16 @@ def iter_msmarco_collection(path: PathLike, stats: ReadStats | None = None,
     path = Path(path)
 
     def records():
-        for number, line in iter_lines(path):
+        for seen, (number, line) in enumerate(iter_lines(path)):
             pid, text = _split_tsv(path, number, line, 2, "'pid<TAB>passage'")
             if pid != pid.strip():
                 raise DataFormatError(f"{path}:{number}: pid {pid!r} has spaces around it (it would not match the "
                                       "qrels' id)")
-            if number == 1 and "\t" in text:  # DPR's psgs_w100.tsv (id, text, title, a header) and the like
-                raise DataFormatError(f"{path}:1: {line.count(chr(9)) + 1} tab-separated columns ({line[:80]!r}); an "
-                                      f"MS MARCO collection has 2, 'pid<TAB>passage' (the rest would become text)")
-            _refuse_header(path, number, pid)
+            if seen == 0 and "\t" in text:  # DPR's psgs_w100.tsv (id, text, title, a header) and the like
+                raise DataFormatError(f"{path}:{number}: {line.count(chr(9)) + 1} tab-separated columns "
+                                      f"({line[:80]!r}); an MS MARCO collection has 2, 'pid<TAB>passage' (the rest "
+                                      "would become text)")
+            _refuse_header(path, number, pid, first=seen == 0)
             yield number, pid, text, Document(pid, "", text)
 
     return _checked(path, records(), stats, unique)
@@ -284,9 +286,9 @@ def iter_tsv_topics(path: PathLike, stats: ReadStats | None = None) -> Iterator[
     path = Path(path)
 
     def records():
-        for number, line in iter_lines(path):
+        for seen, (number, line) in enumerate(iter_lines(path)):
             qid, text = _split_tsv(path, number, line, 2, "'qid<TAB>text'")
-            _refuse_header(path, number, qid)
+            _refuse_header(path, number, qid, first=seen == 0)
             qid, text = qid.strip(), text.strip()
             yield number, qid, text, (qid, text)
 

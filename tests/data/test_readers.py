@@ -132,6 +132,7 @@ def test_msmarco_collection_and_queries(tmp_path):
     ("0\tok\n\tno id\n", 2, "expected 'pid<TAB>passage'"),
     ("0\tok\n0\tagain\n", 2, "duplicate id '0'"),
     ("pid\tpassage\n0\tok\n", 1, "'pid' in the id column is a header line"),
+    ("\n  \npid\tpassage\n0\tok\n", 3, "'pid' in the id column is a header line"),  # after blank lines too
     ("0\tok\n7\r8\tx\n", 2, "id '7\\r8' holds whitespace"),
     ("0\tok\n7 \tx\n", 2, "pid '7 ' has spaces around it"),
 ])
@@ -145,6 +146,8 @@ def test_msmarco_collection_bad_lines(tmp_path, content, line, message):
 def test_a_header_line_in_tsv_topics_is_an_error_not_a_query(tmp_path):
     with pytest.raises(DataFormatError, match=r"queries\.tsv:1: 'qid' in the id column is a header line"):
         load_topics(write(tmp_path / "queries.tsv", "qid\tquery\n1\tcells\n"))
+    with pytest.raises(DataFormatError, match=r"queries\.tsv:2: 'qid' in the id column is a header line"):
+        load_topics(write(tmp_path / "queries.tsv", "\nqid\tquery\n1\tcells\n"))
     with pytest.raises(DataFormatError, match=r"queries\.tsv:2: id '2 b' holds whitespace"):
         load_topics(write(tmp_path / "queries.tsv", "1\tcells\n2 b\tsun\n"))
 
