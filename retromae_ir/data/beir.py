@@ -164,6 +164,8 @@ def resolve_beir(name: str, data_dir: str | os.PathLike | None = None, download:
         if dataset.is_complete(root / name):
             logger.info("BEIR %s: using %s (%s)", name, root / name, origin)
             return root / name
+        if (root / name).exists() and data_dir is None:  # a copy the user placed, broken: not silently another one
+            raise DatasetUnavailable(f"{origin}: {_hand_placed(dataset, root / name)}")
     if data_dir is not None or not dataset.public or not download:
         raise DatasetUnavailable(_unavailable_message(dataset, roots, data_dir is not None))
     return download_beir(dataset, cache_root())
@@ -217,8 +219,9 @@ def download_beir(dataset: BeirDataset, root: Path) -> Path:
 
 
 def _hand_placed(dataset: BeirDataset, target: Path) -> str:
-    return (f"{target} exists but is not a complete {dataset.name} ({', '.join(dataset.required_files())}): "
-            f"complete it, or move it away to let the download take its place")
+    missing = [f for f in dataset.required_files() if not (target / f).is_file()]
+    return (f"{target} exists but is not a complete {dataset.name} ({', '.join(missing)} missing): complete it, or "
+            "move it away to let the next place (the cache, then the download) take its place")
 
 
 def fetch(url: str, dest: Path, chunk: int = 1 << 20) -> None:

@@ -94,11 +94,17 @@ def test_data_dir_beats_env_beats_cache(tmp_path, monkeypatch):
     assert resolve_beir("scifact") == cache
 
 
-def test_incomplete_folder_is_skipped(tmp_path, monkeypatch):
+def test_an_incomplete_folder_is_an_error_not_a_fall_back_to_another_copy(tmp_path, monkeypatch):
+    """$RETROMAE_IR_DATA's scifact without its test qrels used to be skipped for the cache's (or a download):
+    another copy than the one the user placed was scored, exit 0. A root without the dataset still falls through."""
     env = make_dataset(tmp_path / "env", "scifact")
     (env / "qrels" / "test.tsv").unlink()
     monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
     cache = make_dataset(tmp_path / "cache" / "beir", "scifact")
+    with pytest.raises(DatasetUnavailable, match=r"\$RETROMAE_IR_DATA: .*env/scifact exists but is not a complete "
+                                                 r"scifact \(qrels/test\.tsv missing\)"):
+        resolve_beir("scifact")
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "elsewhere"))
     assert resolve_beir("scifact") == cache
 
 
