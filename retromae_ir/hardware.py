@@ -28,6 +28,8 @@ def cpu_flags() -> frozenset[str]:
 def bf16_is_fast(device: torch.device | str) -> bool:
     device = torch.device(device)
     if device.type == "cuda":  # native from Ampere (8.0) on; is_bf16_supported() also says yes where it is emulated
+        if not torch.cuda.is_available():
+            return False
         index = device.index if device.index is not None else torch.cuda.current_device()
         return torch.cuda.get_device_capability(index) >= (8, 0)
     if device.type == "cpu":

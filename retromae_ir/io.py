@@ -93,8 +93,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             os.rename(aside, target)  # the new one never arrived: the old one back
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if aside is not None:
-        shutil.rmtree(aside)
+    if aside is not None and aside.is_symlink():
+        aside.unlink()
+    elif aside is not None:
+        try:
+            shutil.rmtree(aside)
+        except OSError as err:  # the new folder is in place: a leftover of the old one is not a failed save
+            logger.warning("could not delete all of %s, the old %s (%s)", aside, target, err)
 
 
 _DIGESTS: dict[tuple, str] = {}

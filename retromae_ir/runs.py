@@ -28,6 +28,11 @@ def ranked(hits: dict[str, float]) -> list[tuple[str, float]]:
     return sorted(hits.items(), key=lambda item: (-item[1], item[0]))
 
 
+def cut_run(run: Run, depth: int) -> Run:
+    """Each topic's best ``depth`` hits, in ranking order (:func:`ranked`)."""
+    return {qid: dict(ranked(hits)[:depth]) for qid, hits in run.items()}
+
+
 def untied(hits: list[tuple[str, float]]) -> tuple[list[tuple[str, float]], int]:
     """``hits`` in rank order (scores not increasing) with scores strictly decreasing as trec_eval reads them (32-bit
     floats), and how many moved: a score whose float32 is not below the one above it becomes the next float32 down

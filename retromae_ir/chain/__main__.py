@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/train.tsv, qrels/test.tsv) "
                              "instead of the chain's dataset")
     parser.add_argument("--data-dir", type=Path, default=None,
-                        help="where the chain's BEIR dataset is (default: $RETROMAE_IR_DATA, the cache, download)")
+                        help="where the chain's BEIR dataset is (default: $RETROMAE_IR_DATA, the cache, download; "
+                             "an incomplete copy in one of them is an error)")
     parser.add_argument("--model", default=None, help="starting encoder (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--output", type=Path, default=None, help="default: outputs/chain-<name> (git-ignored)")
     parser.add_argument("--pretrained", type=Path, default=None,

@@ -4,10 +4,11 @@
 such folder per subforum). A ``data_dir`` argument (a command's ``--data-dir``) is the only place looked in: an explicit
 folder that lacks the dataset is an error, never silently replaced by another copy. Without it the order is
 ``$RETROMAE_IR_DATA``, the cache (``$RETROMAE_IR_CACHE/beir``, default ``~/.cache/retromae_ir/beir``), and last BEIR's
-official zip, downloaded into the cache. Each folder holds ``<dataset>/``. Evaluation reads the dataset folder's own
-``queries.jsonl`` and ``qrels/test.tsv``; ``BeirPart`` also names Anserini's topic and qrels files and Pyserini's topic
-set, for Pyserini's own CLIs (scifact's Anserini files hold the same judgements, tested; the other 17 corpora are not
-here to compare).
+official zip, downloaded into the cache; a place whose ``<dataset>/`` exists but lacks a file stops the search with
+an error (it is someone's copy, broken), one without it is passed over. Each folder holds ``<dataset>/``.
+Evaluation reads the dataset folder's own ``queries.jsonl`` and ``qrels/test.tsv``; ``BeirPart`` also names
+Anserini's topic and qrels files and Pyserini's topic set, for Pyserini's own CLIs (scifact's Anserini files hold the
+same judgements, tested; the other 17 corpora are not here to compare).
 """
 from __future__ import annotations
 
@@ -160,12 +161,13 @@ def resolve_beir(name: str, data_dir: str | os.PathLike | None = None, download:
     when ``data_dir`` is given: the dataset must be there)."""
     dataset = get_beir_dataset(name)
     roots = candidate_roots(data_dir)
-    for origin, root in roots:
+    for place, (origin, root) in enumerate(roots):
         if dataset.is_complete(root / name):
             logger.info("BEIR %s: using %s (%s)", name, root / name, origin)
             return root / name
         if (root / name).exists() and data_dir is None:  # a copy the user placed, broken: not silently another one
-            raise DatasetUnavailable(f"{origin}: {_hand_placed(dataset, root / name)}")
+            later = [f"{other / name} ({where})" for where, other in roots[place + 1:]] + ["the download"]
+            raise DatasetUnavailable(f"{origin}: {_hand_placed(dataset, root / name, ', then '.join(later))}")
     if data_dir is not None or not dataset.public or not download:
         raise DatasetUnavailable(_unavailable_message(dataset, roots, data_dir is not None))
     return download_beir(dataset, cache_root())
@@ -218,10 +220,10 @@ def download_beir(dataset: BeirDataset, root: Path) -> Path:
     return target
 
 
-def _hand_placed(dataset: BeirDataset, target: Path) -> str:
+def _hand_placed(dataset: BeirDataset, target: Path, then: str = "the download") -> str:
     missing = [f for f in dataset.required_files() if not (target / f).is_file()]
     return (f"{target} exists but is not a complete {dataset.name} ({', '.join(missing)} missing): complete it, or "
-            "move it away to let the next place (the cache, then the download) take its place")
+            f"move it away so that {then} is tried")
 
 
 def fetch(url: str, dest: Path, chunk: int = 1 << 20) -> None:

@@ -74,8 +74,8 @@ def ordinary_token_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 def max_pool_logits_naive(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, chunk: int = 16) -> torch.Tensor:
     """The reference for :func:`max_pool_logits`: ``lm_head`` over every position of ``chunk`` texts at a time
-    ([chunk, L, V] logits, padding and special tokens included), masked, max over positions. Kept for the tests
-    and ``benchmarks/ot_maxpool.py``."""
+    ([chunk, L, V] logits, padding and special tokens included), masked, max over positions. The reference of the
+    tests and ``benchmarks/ot_maxpool.py``, and the route on a CUDA GPU at inference (:func:`padded_head_is_faster`)."""
     rows = []
     for start in range(0, hidden.shape[0], chunk):
         logits = lm_head(hidden[start:start + chunk])
@@ -105,11 +105,12 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     cost nothing. BERT's head (:func:`split_lm_head`) runs its transform (dense, activation, LayerNorm) once on
     the packed rows, and its decoder (the tied word embeddings, plus bias) on tiles of at most ``rows`` packed
     rows (:data:`CPU_ROWS` on a CPU, :data:`ACCELERATOR_ROWS` elsewhere, when None) by ``vocab_tile`` vocabulary
-    entries, so [rows, vocab_tile] is the largest logits tensor. On an accelerator without a graph and with
-    ``rows`` None, :func:`max_pool_logits_naive` runs instead (:func:`padded_head_is_faster`). Row tiles are ``rows`` consecutive packed rows
-    whatever the documents (:func:`row_tiles`), so every product but the last has its full height; each
-    document's part of a tile is reduced with ``amax`` into its row (``index_reduce_(..., "amax")`` over a tile of
-    more than :data:`SEGMENT_LOOP` documents, or of more than one off the CPU). Another head, or an int8-quantised
+    entries, so [rows, vocab_tile] is the largest logits tensor. On a CUDA GPU without a graph and with
+    ``rows`` None, :func:`max_pool_logits_naive` runs instead (:func:`padded_head_is_faster`). Row tiles are
+    ``rows`` consecutive packed rows whatever the documents (:func:`row_tiles`), so every product but the last has
+    its full height; each document's part of a tile is reduced with ``amax`` into its row
+    (``index_reduce_(..., "amax")`` over a tile of more than :data:`SEGMENT_LOOP` documents, or of more than one
+    off the CPU). Another head, or an int8-quantised
     decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way.
 
     Equal to :func:`max_pool_logits_naive` up to the matmuls' summation order (tests/encode/test_ot_maxpool.py
@@ -146,14 +147,14 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
 
 
 def padded_head_is_faster(hidden: torch.Tensor) -> bool:
-    """Whether the head over every position of 16 texts at a time beats the packed, tiled route: on a GPU
+    """Whether the head over every position of 16 texts at a time beats the packed, tiled route: on a CUDA GPU
     without a graph. There the tiled route's many small products and ``index_reduce_``'s atomic maxima lose: on
     an H100 (2,000 scifact documents, batches of 64, runs/gpu-h100/encode-search-cuda-*.log) DupMAE encoded
     1,638-1,776 docs/s tiled against 2,418-2,583 naive in bf16 and 1,425-1,498 against 1,682-1,694 in fp32, in
     every round; with this route chosen, 2,430 against 1,602 in bf16 and within noise in fp32
     (runs/gpu-h100/route-after-change.log). Under a graph the naive route would keep [16, L, V] logits for the
     backward, so training keeps the tiled one."""
-    return hidden.device.type != "cpu" and not torch.is_grad_enabled()
+    return hidden.device.type == "cuda" and not torch.is_grad_enabled()  # measured on CUDA only
 
 
 # [256, 4096] fp32 logits (4 MiB) a tile. On AMD's AVX-512 EPYC, over two runs of the head alone on scifact's

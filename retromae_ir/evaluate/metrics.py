@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytrec_eval
 
-from retromae_ir.runs import Run, ranked
+from retromae_ir.runs import Run, cut_run, ranked
 
 Qrels = dict[str, dict[str, int]]
 
@@ -64,7 +64,7 @@ def remove_self_hits(run: Run, depth: int | None = None) -> Run:
     kept = {qid: {docid: score for docid, score in hits.items() if docid != qid} for qid, hits in run.items()}
     if depth is None:
         return kept
-    return {qid: dict(ranked(hits)[:depth]) for qid, hits in kept.items()}
+    return cut_run(kept, depth)
 
 
 def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS,

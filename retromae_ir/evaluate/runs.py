@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 from retromae_ir.data.readers import iter_corpus
 from retromae_ir.io import as_stored, key_path, pairs_digest, read_key, write_key
-from retromae_ir.runs import MAX_DEPTH, Run, ranked, read_trec_run, write_trec_run
+from retromae_ir.runs import MAX_DEPTH, Run, cut_run, read_trec_run, write_trec_run
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def cached_run(path: str | os.PathLike, retrieve: Callable[[], Run], queries: It
     reused = run is not None
     if run is None:
         run = checked_run(retrieve(), len(queries), f"{path.name}: retrieval")
-        run = {qid: dict(ranked(hits)[:MAX_DEPTH]) for qid, hits in run.items()}  # what the file holds, as reused
+        run = cut_run(run, MAX_DEPTH)  # what the file holds, as reused
         key_path(path).unlink(missing_ok=True)  # until the new key is written, the run file is not reusable
         write_trec_run(path, run, tag)
         write_key(path, key)

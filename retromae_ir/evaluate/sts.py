@@ -423,7 +423,8 @@ def score_sets(data: dict[str, list[StsPairs]], embed: Callable[[list[str]], np.
             cosines.append(sims)
             subsets.append(SubsetScore(pairs.name, len(pairs), pairs.unscored, 100 * spearman(sims, pairs.gold)))
         pooled = 100 * spearman(np.concatenate(cosines), np.concatenate([p.gold for p in parts]))
-        undefined = [sub.name for sub in subsets if math.isnan(sub.spearman)] + ([name] if math.isnan(pooled) else [])
+        undefined = [sub.name for sub in subsets if math.isnan(sub.spearman)]
+        undefined += [name] if math.isnan(pooled) and len(subsets) > 1 else []
         if undefined:  # a constant side (every pair scored alike, or fewer than 2 pairs): no correlation exists
             raise ValueError(f"{name}: Spearman is undefined for {', '.join(undefined)}: the cosines or the gold "
                              "scores are all equal there, or it has fewer than 2 pairs")

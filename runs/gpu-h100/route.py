@@ -1,4 +1,5 @@
-"""(Run from the repository root on the device with .gpu/ from bundle.sh: python3 .gpu/route.py 2000.)
+"""(On the device, from the repository root, .gpu/ built by bundle.sh and carried: `source .gpu/setup.sh &&
+python3 runs/gpu-h100/route.py 2000`; as run 2026-11-27 it was a copy at .gpu/route.py.)
 The OT max-pool route on a GPU after the change: DupMAE eager, default route (padded on an accelerator) vs the
 packed, tiled one forced, alternating, 2,000 scifact documents, batches of 64, fp32 and bf16."""
 import json, sys, time

@@ -22,6 +22,9 @@ def test_a_gpu_is_bf16_only_from_ampere_on_and_the_one_asked_about(monkeypatch):
 
     capability = {0: (7, 5), 1: (8, 0), 2: (9, 0)}  # a T4, an A100, an H100
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not hardware.bf16_is_fast("cuda")  # no CUDA here: no, not an error
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability[index])
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     assert not hardware.bf16_is_fast("cuda") and not hardware.bf16_is_fast("cuda:0")

@@ -156,15 +156,20 @@ def test_bad_tile_sizes_are_refused(mlm, batch):
 
 
 def test_an_accelerator_without_a_graph_takes_the_padded_route():
-    """The route is chosen by device and graph: the packed, tiled one on a CPU and whenever gradients flow; the
-    padded per-chunk head on an accelerator (a meta tensor stands in for one here) at inference."""
+    """The route is chosen by device and graph: the packed, tiled one on a CPU (and any device it was not measured
+    on) and whenever gradients flow; the padded per-chunk head on a CUDA GPU at inference (a stand-in with a
+    CUDA device here)."""
+    from types import SimpleNamespace
+
     from retromae_ir.encode.representation import padded_head_is_faster
 
-    on_cpu, elsewhere = torch.zeros(2, 3), torch.zeros(2, 3, device="meta")
+    on_cuda = SimpleNamespace(device=torch.device("cuda"))
+    on_cpu, unmeasured = torch.zeros(2, 3), torch.zeros(2, 3, device="meta")
     with torch.no_grad():
-        assert padded_head_is_faster(elsewhere) and not padded_head_is_faster(on_cpu)
+        assert padded_head_is_faster(on_cuda)
+        assert not padded_head_is_faster(on_cpu) and not padded_head_is_faster(unmeasured)
     with torch.enable_grad():
-        assert not padded_head_is_faster(elsewhere)
+        assert not padded_head_is_faster(on_cuda)
 
 
 def test_the_padded_route_gives_the_tiled_values(mlm, batch, monkeypatch):
