@@ -9,6 +9,9 @@ from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.search.index import MODES
 
 
+DEFAULT_CANDIDATES = 1000
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = add_debug_flag(argparse.ArgumentParser(prog="python -m retromae_ir.search", description=__doc__))
     parser.add_argument("--index", required=True, type=Path, help="output of `python -m retromae_ir.encode corpus`")
@@ -17,8 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, type=Path, help="TREC run file to write")
     parser.add_argument("--mode", choices=MODES, default="hybrid")
     parser.add_argument("--hits", type=int, default=1000)
-    parser.add_argument("--candidates", type=int, default=1000,
-                        help="K': top hits taken from each side (raised to --hits where lower)")
+    parser.add_argument("--candidates", type=int, default=None,
+                        help="K': top hits taken from each side in --mode hybrid (default 1000; raised to --hits "
+                             "where lower)")
     parser.add_argument("--brute-force", action="store_true", help="score every document (small corpora)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
@@ -31,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.candidates is not None and (args.mode != "hybrid" or args.brute_force):
+        parser.error("--candidates (K') applies to --mode hybrid without --brute-force: the other searches score "
+                     "every candidate of their one side")
+    args.candidates = DEFAULT_CANDIDATES if args.candidates is None else args.candidates
     for flag in ("hits", "candidates"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")

@@ -84,10 +84,22 @@ def test_exact_hybrid_cli(handful, tmp_path, mode):
     card, index, _, topics, expected = handful
     run = tmp_path / f"{mode}.txt"
     main(["--index", str(index), "--encoder", str(card), "--topics", str(topics), "--output", str(run),
-          "--mode", mode, "--candidates", "2"])
+          "--mode", mode, *(["--candidates", "2"] if mode == "hybrid" else [])])
     summary = validate_trec_run(run)
     assert first(read_trec_run(run)) == expected
     assert summary is not None
+
+
+@pytest.mark.parametrize("extra", [["--mode", "dense"], ["--mode", "sparse"], ["--brute-force"]])
+def test_candidates_outside_the_hybrid_search_are_refused(tmp_path, capsys, extra):
+    """K' only exists for the exact hybrid's union of two top lists: given to a one-sided or brute-force search it
+    was accepted and did nothing."""
+    from retromae_ir.search.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--index", str(tmp_path), "--encoder", "x", "--topics", "t", "--output", str(tmp_path / "run"),
+              "--candidates", "10", *extra])
+    assert exit_.value.code == 2 and "--candidates (K') applies to --mode hybrid" in capsys.readouterr().err
 
 
 def test_brute_force_cli_matches_exact_cli(handful, tmp_path):
