@@ -48,9 +48,9 @@ class MiningArguments:
     mode: str | None = field(default=None, metadata={"help": "card retrievers: hybrid, dense or sparse "
                                                              "(default: hybrid for DupMAE cards, else dense)"})
     threads: int = field(default=2)
-    dtype: str = field(default="auto", metadata={
-        "help": "card retrievers: bf16 autocast or fp32; auto = bf16 where the hardware runs it natively, as "
-                "`encode corpus --dtype auto`. An index of another precision is encoded again"})
+    dtype: str | None = field(default=None, metadata={
+        "help": "card retrievers: bf16 autocast or fp32; auto (the default) = bf16 where the hardware runs it "
+                "natively, as `encode corpus --dtype auto`. An index of another precision is encoded again"})
     no_lucene: bool = field(default=False, metadata={"help": "card retrievers: build the index without its Lucene "
                                                               "impact index (a host without Java)"})
 
@@ -59,8 +59,12 @@ class MiningArguments:
             raise ValueError(f"need 1 <= --min-rank <= --max-rank, got {self.min_rank}..{self.max_rank}")
         if self.negatives < 1:
             raise ValueError(f"--negatives must be >= 1, got {self.negatives}")
-        if self.dtype not in ("auto", "bf16", "fp32"):
+        if self.dtype not in (None, "auto", "bf16", "fp32"):
             raise ValueError(f"--dtype must be auto, bf16 or fp32, got {self.dtype!r}")
+        card_only = [flag for flag, given in (("--mode", self.mode is not None), ("--dtype", self.dtype is not None),
+                                              ("--no-lucene", self.no_lucene)) if given]
+        if self.retriever == "bm25" and card_only:  # accepted and ignored, then recorded in OUTPUT.args.json
+            raise ValueError(f"{', '.join(card_only)} go with an encoder-card --retriever, not bm25")
 
 
 def sample_negatives(ranking: list[str], positives: set[str], min_rank: int, max_rank: int, count: int,
@@ -112,7 +116,7 @@ def retrieve(args: MiningArguments, queries: dict[str, str]) -> dict[str, dict[s
 
     retriever = EncoderRetriever(args.retriever, args.mode, Path(args.index_root), hits=args.max_rank,
                                  threads=args.threads, lucene=not args.no_lucene,
-                                 bf16=None if args.dtype == "auto" else args.dtype == "bf16")
+                                 bf16=None if args.dtype in (None, "auto") else args.dtype == "bf16")
     return retriever.retrieve(corpus, name, queries)
 
 

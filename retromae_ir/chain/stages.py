@@ -301,8 +301,9 @@ class Chain:
             "retromae_ir.mine", "--retriever", retriever, "--corpus", str(self.corpus), *self.train,
             "--output", str(out), "--min-rank", "3", "--max-rank", str(c.max_rank), "--negatives", str(c.negatives),
             "--index-root", str(self.index_root), *(["--index-name", index_name] if index_name else []),
-            "--dtype", "bf16" if self.bf16 else "fp32",  # the precision the stage's evaluation encoded its index in
-            *([] if self.lucene else ["--no-lucene"]), log_file=self.log_file),
+            *([] if retriever == "bm25" else [  # a card: the precision and index its stage's evaluation built
+                "--dtype", "bf16" if self.bf16 else "fp32", *([] if self.lucene else ["--no-lucene"])]),
+            log_file=self.log_file),
             inputs=(*([] if retriever == "bm25" else [Path(retriever)]), self.corpus, *self.train_files),
             code={"mining": MINING_VERSION})
 

@@ -57,3 +57,12 @@ def test_a_twin_querys_positives_are_never_its_negatives(tmp_path):
 def test_bad_window():
     with pytest.raises(ValueError, match="min-rank"):
         MiningArguments("bm25", "c", "q", "r", "o", min_rank=5, max_rank=4)
+
+
+@pytest.mark.parametrize("flags, named", [({"mode": "dense"}, "--mode"), ({"dtype": "fp32"}, "--dtype"),
+                                          ({"no_lucene": True, "dtype": "auto"}, "--dtype, --no-lucene")])
+def test_card_only_flags_with_bm25_are_refused(flags, named):
+    """BM25 mining reads none of them: they were accepted, ignored and written to OUTPUT.args.json as if used."""
+    with pytest.raises(ValueError, match=f"^{named} go with an encoder-card --retriever, not bm25"):
+        MiningArguments("bm25", "c", "q", "r", "o", **flags)
+    MiningArguments("card.yaml", "c", "q", "r", "o", **flags)  # a card reads them
