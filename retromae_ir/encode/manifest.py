@@ -141,9 +141,9 @@ def check_precision(manifest: dict, model, where: str | os.PathLike) -> None:
 
 
 def check_queries(queries: str | os.PathLike, index: str | os.PathLike) -> None:
-    """Refuse pre-encoded ``queries`` that another card, other weights of the same checkpoint, or another version of
-    the encoding code encoded than ``index``'s documents: Pyserini searches whatever vectors it is handed, and
-    scores them without complaint."""
+    """Refuse pre-encoded ``queries`` that another card, other weights of the same checkpoint, another version of
+    the encoding code or another precision encoded than ``index``'s documents: Pyserini searches whatever vectors it
+    is handed, and scores them without complaint."""
     encoded, built = read_manifest(queries), read_manifest(index)
     if encoding_version(encoded) != encoding_version(built):
         raise IndexMismatchError(f"{queries} and {index} were encoded by other versions of retromae_ir's encoding "
@@ -155,3 +155,8 @@ def check_queries(queries: str | os.PathLike, index: str | os.PathLike) -> None:
     if encoded.get("weights") and built.get("weights") and encoded["weights"] != built["weights"]:
         raise IndexMismatchError(f"{queries} and {index} were encoded with other weights or tokenizer files of "
                                  f"{built['card'].get('checkpoint')!r}: encode the queries (or the corpus) again")
+    if manifest_precision(encoded) != manifest_precision(built):  # as check_precision for our own searcher
+        raise IndexMismatchError(f"{queries} was encoded in {manifest_precision(encoded)}, {index} in "
+                                 f"{manifest_precision(built)}: a mix gives figures for a precision nobody chose "
+                                 f"(int8 moves the ranking); encode the queries with --dtype "
+                                 f"{manifest_precision(built)}")

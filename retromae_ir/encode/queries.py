@@ -5,8 +5,8 @@
     DIR/sparse.jsonl         {"id", "contents", "vector": {token: int}} read by LuceneImpactSearcher
                              (``--encoder DIR/sparse.jsonl``), looked up by the query text
     DIR/manifest.json        the card, weight and tokenizer files, encoding code's version and precision that
-                             encoded them (``check_queries`` holds the card, those files and the version against
-                             an index's manifest; another precision is allowed)
+                             encoded them (``check_queries`` holds the card, those files, the version and the
+                             precision against an index's manifest)
 """
 from __future__ import annotations
 

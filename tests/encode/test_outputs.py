@@ -310,6 +310,10 @@ def test_pre_encoded_queries_of_another_card_or_other_weights_are_refused_agains
     assert main([*queries, str(tmp_path / "other-card"), "--encoder", str(sparse_card)]) == 0
     with pytest.raises(IndexMismatchError, match="another representation"):
         check_queries(tmp_path / "other-card", tmp_path / "index")
+    other_precision = [arg if arg != "fp32" else "bf16" for arg in queries]  # the index is fp32
+    assert main([*other_precision, str(tmp_path / "bf16"), "--encoder", str(card)]) == 0
+    with pytest.raises(IndexMismatchError, match="encoded in bf16, .* in fp32: .*--dtype fp32"):
+        check_queries(tmp_path / "bf16", tmp_path / "index")
     train_again_in_place(checkpoint)
     assert main([*queries, str(tmp_path / "retrained"), "--encoder", str(card)]) == 0
     with pytest.raises(IndexMismatchError, match="other weights"):
