@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", default="quick", choices=["quick", "short", "short-pretrain", "full"])
     add_debug_flag(parser)
     args, rest = parser.parse_known_args(argv)
+    if any(arg == "--chain" or arg.startswith("--chain=") for arg in rest):
+        parser.error("--chain: this driver runs scifact-<--config>; run python -m retromae_ir.chain for another chain")
     from retromae_ir.chain.__main__ import main as chain_main
 
     source = [] if {"--folder", "--data-dir"} & set(rest) or not SHARED_BEIR.is_dir() else [

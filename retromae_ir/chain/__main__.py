@@ -51,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 @command
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.folder is not None and args.data_dir is not None:
+        parser.error("--data-dir and --folder do not combine: --folder replaces the chain's dataset")
     from retromae_ir.chain.config import CHAINS_FILE, load_chains
     from retromae_ir.data.beir import DatasetUnavailable
     from retromae_ir.io import command_errors

@@ -81,6 +81,11 @@ class ChainConfig:
             raise ValueError(f"chain settings: attention_dropout must be < 1 (negative: the checkpoint's), "
                              f"dense_loss_weight and sparse_loss_weight >= 0; got {self.attention_dropout}, "
                              f"{self.dense_loss_weight}, {self.sparse_loss_weight}")
+        if self.ablation and not self.pretrain:  # the ablation is the chain without pre-training: nothing to ablate
+            raise ValueError("chain settings: ablation needs pretrain: true")
+        if self.teacher and not self.distill:
+            raise ValueError(f"chain settings: teacher={self.teacher} needs distill: true (the teacher is only used "
+                             "for distillation)")
         if self.distill and self.group < 2:  # the cross-encoder and distillation learn from a query's group only
             raise ValueError(f"chain settings: distill needs group >= 2 (a positive and mined negatives), got "
                              f"{self.group}")

@@ -175,6 +175,8 @@ def main(argv=None) -> int:
     if getattr(args, "compile", False) and args.dtype == "int8":
         parser.error("--compile and --dtype int8 do not combine (int8's quantised layers are neither inductor's "
                      "nor OpenVINO's)")
+    if args.command == "corpus" and args.data_dir is not None and args.corpus is not None:
+        parser.error("--data-dir goes with --dataset (where to look for it), not --corpus")
     if args.command == "corpus":
         args.shard_id, args.shard_num = _shard(args)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)

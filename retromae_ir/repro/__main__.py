@@ -27,6 +27,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 @command
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.dry_run and (args.list or args.docs):
+        print("error: --dry-run goes with --condition or --all (--list and --docs run nothing)", file=sys.stderr)
+        return 2
     matrix = Matrix.load(args.conditions_file)
     if args.list:
         for c in matrix.conditions.values():
