@@ -28,12 +28,17 @@ def card_of(encoder_name: str) -> str:
     raise ValueError(f"{encoder_name!r} is not a retromae_ir encoder name ({DENSE_PREFIX}CARD or {SPARSE_PREFIX}CARD)")
 
 
-@functools.lru_cache(maxsize=4)
 def _model(encoder_name: str, device: str):
-    """One loaded model per (card, device) and process: Pyserini's hybrid CLI builds both sides."""
+    """One loaded model per (card, device) and process: Pyserini's hybrid CLI builds both sides, named
+    ``retromae_ir:CARD`` and ``retromae_ir-sparse:CARD``."""
+    return _loaded(card_of(encoder_name), _device(device))
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(card: str, device: str):
     from retromae_ir.encode.base import EncoderModel
 
-    return EncoderModel.from_card(card_of(encoder_name), device=_device(device))
+    return EncoderModel.from_card(card, device=device)
 
 
 def _device(device) -> str:
@@ -109,7 +114,7 @@ def _put_first(mapping: dict, entries: dict) -> None:
 
 def register_encoders(encode_module) -> None:
     """Put our classes first in ``document_encoder_class_map`` / ``query_encoder_class_map`` (same dict objects
-    the encode/faiss/hybrid CLIs imported). The sparse prefix must precede the dense one it contains."""
+    the encode/faiss/hybrid CLIs imported). Neither of our prefixes contains the other, so their order is free."""
     _put_first(encode_module.document_encoder_class_map,
                {SPARSE_PREFIX: RetroMAESparseDocumentEncoder, DENSE_PREFIX: RetroMAEDocumentEncoder})
     _put_first(encode_module.query_encoder_class_map,

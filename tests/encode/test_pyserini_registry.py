@@ -75,3 +75,19 @@ def test_pyserini_encode_cli_runs_our_sparse_document_encoder(tiny_card, tmp_pat
     for record, vector in zip(written, expected):
         assert record["vector"].keys() == vector.keys()
         assert all(abs(record["vector"][t] - w) <= 1 for t, w in vector.items())  # float noise at a .5 boundary
+
+
+def test_the_dense_and_sparse_names_of_one_card_share_one_model(monkeypatch):
+    """Pyserini's hybrid CLI builds `retromae_ir:CARD` and `retromae_ir-sparse:CARD`: one checkpoint load, not two."""
+    from retromae_ir.encode import pyserini_registry
+    from retromae_ir.encode.base import EncoderModel
+
+    loads = []
+    monkeypatch.setattr(EncoderModel, "from_card", classmethod(lambda cls, card, device: loads.append(card) or card))
+    pyserini_registry._loaded.cache_clear()
+    try:
+        dense = pyserini_registry._model("retromae_ir:some-card", "cpu")
+        sparse = pyserini_registry._model("retromae_ir-sparse:some-card", "cpu")
+        assert dense is sparse and loads == ["some-card"]
+    finally:
+        pyserini_registry._loaded.cache_clear()
