@@ -79,8 +79,15 @@ class MasterExample:
 
 
 def check_arguments(args: MasterArguments) -> None:
-    """Refuse inconsistent options (cheap: the command runs it before counting any corpus statistics)."""
-    parse_tasks(args.master_tasks)
+    """Refuse inconsistent options (cheap: the command runs it before counting any corpus statistics), and inputs
+    that no task of ``--master-tasks`` reads (accepted and ignored, the run looked as if it used them)."""
+    tasks = parse_tasks(args.master_tasks)
+    if args.master_corpus_stats is not None and not {"mkp", "npr"} & set(tasks):
+        raise MasterSetupError("--master-corpus-stats is read by the mkp and npr tasks only, and --master-tasks has "
+                               "neither")
+    if args.master_side_texts is not None and not {"dor", "gor"} & set(tasks):
+        raise MasterSetupError("--master-side-texts is read by the dor and gor tasks only, and --master-tasks has "
+                               "neither")
     if args.master_npr_pairs not in ("segments", "halves"):
         raise MasterSetupError(f"--master-npr-pairs must be segments or halves, got {args.master_npr_pairs!r}")
     if args.master_decoder_init not in ("random", "copy"):

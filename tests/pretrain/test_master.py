@@ -145,6 +145,17 @@ def test_setup_errors(tiny_bert_dir, stats_file):
         build(tiny_bert_dir, master_tasks="cmp", master_npr_pairs="thirds")
 
 
+@pytest.mark.parametrize("given, tasks, says", [
+    ({"master_corpus_stats": "stats.json"}, "cmp,dor", "--master-corpus-stats is read by the mkp and npr tasks"),
+    ({"master_side_texts": "side.jsonl"}, "mkp,cmp", "--master-side-texts is read by the dor and gor tasks")])
+def test_inputs_no_chosen_task_reads_are_refused(given, tasks, says):
+    from retromae_ir.pretrain.master import check_arguments
+
+    with pytest.raises(MasterSetupError, match=says):
+        check_arguments(MasterArguments(master_tasks=tasks, **given))
+    check_arguments(MasterArguments(**given))  # every task: read
+
+
 def test_copy_init_duplicates_the_last_encoder_layers(tiny_bert_dir):
     model = build(tiny_bert_dir, master_tasks="cmp", master_decoder_init="copy")
     source = model.encoder.bert.encoder.layer
