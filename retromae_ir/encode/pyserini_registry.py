@@ -53,6 +53,17 @@ def sparse_dicts(model, matrix) -> list[dict[str, int]]:
     return impact_dicts(matrix, model.vocab, model.card.scale)
 
 
+def refuse_unapplied(prefix=None, fp16=False, **_) -> None:
+    """Pyserini's options our encoders would not apply: refused rather than swallowed (the card decides the
+    encoding; a run made without the asked-for prefix or precision looked as if it had them)."""
+    if prefix:
+        raise ValueError(f"retromae_ir encoders encode as their card says: Pyserini's prefix {prefix!r} "
+                         "(--query-prefix / --prefix) would not be applied; leave it out")
+    if fp16:
+        raise ValueError("retromae_ir encoders run in fp32 inside Pyserini: --fp16 would not be applied; leave it "
+                         "out, or encode with `python -m retromae_ir.encode ... --dtype bf16`")
+
+
 class _Base:
     sparse = False
 
@@ -66,10 +77,12 @@ class _Base:
 class RetroMAEDocumentEncoder(_Base, DocumentEncoder):
     """Dense passage vectors, float32 [B, d'] (Pyserini's DocumentEncoder convention)."""
 
-    def __init__(self, model_name: str, device="cpu", **_):
+    def __init__(self, model_name: str, device="cpu", **options):
+        refuse_unapplied(**options)
         super().__init__(model_name, device)
 
-    def encode(self, texts, titles=None, batch_size: int = 64, **_):
+    def encode(self, texts, titles=None, batch_size: int = 64, **options):
+        refuse_unapplied(**options)
         if titles is not None:
             texts = [joined(title, text) for title, text in zip(titles, texts)]
         return self.model.encode_passage(list(texts), batch_size).dense
@@ -78,7 +91,8 @@ class RetroMAEDocumentEncoder(_Base, DocumentEncoder):
 class RetroMAEQueryEncoder(_Base, QueryEncoder):
     """Dense query vector [d'] (Pyserini's QueryEncoder convention)."""
 
-    def __init__(self, encoder_dir: str, device="cpu", **_):
+    def __init__(self, encoder_dir: str, device="cpu", **options):
+        refuse_unapplied(**options)
         super().__init__(encoder_dir, device)
 
     def encode(self, query: str, **_):
@@ -90,7 +104,8 @@ class RetroMAESparseDocumentEncoder(RetroMAEDocumentEncoder):
 
     sparse = True
 
-    def encode(self, texts, titles=None, batch_size: int = 64, **_):
+    def encode(self, texts, titles=None, batch_size: int = 64, **options):
+        refuse_unapplied(**options)
         if titles is not None:
             texts = [joined(title, text) for title, text in zip(titles, texts)]
         return sparse_dicts(self.model, self.model.encode_passage(list(texts), batch_size).sparse)
