@@ -316,7 +316,8 @@ class Chain:
                   str(c.sparse_temperature)] if c.sparse_loss_weight > 0 else [])
         terms += ["--dense-loss-weight", str(c.dense_loss_weight)] if c.dense_loss_weight > 0 else []
         dropout = ["--attention-dropout", str(c.attention_dropout)] if c.attention_dropout >= 0 else []
-        dropout += ["--mask-false-negatives"] if c.mask_false_negatives else []
+        # distillation masks only its contrastive terms (refused without one)
+        dropout += ["--mask-false-negatives"] if c.mask_false_negatives and (not distill or terms) else []
         files = self.train_files if isinstance(data, list) else (data,)
         data = data if isinstance(data, list) else ["--train", str(data)]
         self.timed(name, out / "card.yaml", lambda: command(

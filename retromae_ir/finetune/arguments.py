@@ -63,6 +63,8 @@ class DataArguments:
             raise ValueError("give either --train FILE or --queries FILE --qrels FILE (with --corpus)")
         if self.train is None and not (self.queries and self.qrels and self.corpus):
             raise ValueError("--qrels training data needs --queries, --qrels and --corpus")
+        if self.train is not None and self.min_relevance != 1:  # a --train file names its positives itself
+            raise ValueError("--min-relevance goes with --queries/--qrels, not --train")
 
 
 @dataclass
@@ -107,6 +109,12 @@ class LossArguments:
                                          ("--calibrate-teacher", self.calibrate_teacher)) if set_]
         if given and not self.distill:
             raise ValueError(f"{', '.join(given)}: distillation only (--stage distill), not --stage {self.stage}")
+        if self.sparse_temperature != 1.0 and self.sparse_loss_weight == 0:
+            raise ValueError("--sparse-temperature is the temperature of the --sparse-loss-weight term, which is 0")
+        contrastive = self.hard_label_weight or self.dense_loss_weight or self.sparse_loss_weight
+        if self.mask_false_negatives and self.distill and not contrastive:  # Eq. 15's KL term is not masked
+            raise ValueError("--mask-false-negatives with --stage distill masks the contrastive terms only: give "
+                             "--hard-label-weight, --dense-loss-weight or --sparse-loss-weight > 0, or leave it out")
 
     @property
     def distill(self) -> bool:

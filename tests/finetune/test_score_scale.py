@@ -115,3 +115,19 @@ def test_distillation_flags_are_refused_outside_distillation(flags, named):
         with pytest.raises(ValueError, match=f"{named}: distillation only \\(--stage distill\\), not --stage {stage}"):
             LossArguments(stage=stage, **flags)
     assert LossArguments(stage="distill", **flags).distill
+
+
+def test_flags_whose_term_or_data_is_absent_are_refused():
+    """Accepted and ignored before (only the run's identity changed): the sparse term's temperature without the
+    term, false-negative masking in distillation without a contrastive term (the KL term is not masked), and the
+    qrels label threshold with a --train file (which names its positives itself)."""
+    with pytest.raises(ValueError, match="--sparse-temperature is the temperature of the --sparse-loss-weight term"):
+        LossArguments(stage="1", sparse_temperature=10.0)
+    LossArguments(stage="1", sparse_temperature=10.0, sparse_loss_weight=1.0)
+    with pytest.raises(ValueError, match="--mask-false-negatives with --stage distill masks the contrastive terms"):
+        LossArguments(stage="distill", mask_false_negatives=True)
+    LossArguments(stage="distill", mask_false_negatives=True, dense_loss_weight=0.5)
+    LossArguments(stage="2", mask_false_negatives=True)
+    with pytest.raises(ValueError, match="--min-relevance goes with --queries/--qrels, not --train"):
+        DataArguments(train="x.jsonl", min_relevance=2)
+    DataArguments(queries="q", qrels="r", corpus="c", min_relevance=2)
