@@ -24,15 +24,21 @@ from retromae_ir.pretrain.collate import Segment, pad_batch
 from retromae_ir.training.distributed import gather_with_grad
 
 
+TEMPERATURE = 0.05  # the paper gives none
+
+
 @dataclass
 class ContrastiveArguments:
     contrastive_weight: float = field(default=0.0, metadata={
         "help": "weight of the contrastive loss (Eq. 9 (2) of the two-stage paper uses 1); 0 disables it"})
-    temperature: float = field(default=0.05, metadata={"help": "contrastive temperature tau (cosine similarity)"})
+    temperature: float = field(default=TEMPERATURE, metadata={"help": "contrastive temperature tau (cosine "
+                                                                      "similarity)"})
 
     def __post_init__(self):
         if self.contrastive_weight < 0 or self.temperature <= 0:
             raise ValueError("--contrastive-weight must be >= 0 and --temperature > 0")
+        if self.temperature != TEMPERATURE and self.contrastive_weight == 0:  # accepted and ignored before
+            raise ValueError("--temperature is the contrastive loss's, and --contrastive-weight is 0 (off)")
 
 
 def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float,

@@ -102,3 +102,11 @@ def test_decoders_of_another_shape_are_refused(tiny_bert_dir, tmp_path):
     model = get_method("retromae").from_pretrained(tiny_bert_dir, MaskingArguments())
     with pytest.raises(CheckpointError, match="does not fit method"):
         model.load_decoders(tmp_path / DECODERS_FILE)
+
+
+def test_the_contrastive_temperature_without_the_contrastive_loss_is_refused():
+    """--temperature with --contrastive-weight 0 (the default) was accepted and read by nothing."""
+    with pytest.raises(ValueError, match="--temperature is the contrastive loss's, and --contrastive-weight is 0"):
+        ContrastiveArguments(temperature=0.1)
+    ContrastiveArguments(temperature=0.1, contrastive_weight=1.0)
+    ContrastiveArguments()
