@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--chain: this driver runs scifact-<--config>; run python -m retromae_ir.chain for another chain")
     from retromae_ir.chain.__main__ import main as chain_main
 
-    source = [] if {"--folder", "--data-dir"} & set(rest) or not SHARED_BEIR.is_dir() else [
+    given = {arg.split("=", 1)[0] for arg in rest}  # --folder DIR and --folder=DIR alike
+    source = [] if {"--folder", "--data-dir"} & given or not SHARED_BEIR.is_dir() else [
         "--data-dir", str(SHARED_BEIR)]
     chain_main(["--chain", f"scifact-{args.config}", *source, *rest])
 

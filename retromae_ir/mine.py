@@ -65,6 +65,8 @@ class MiningArguments:
                                               ("--no-lucene", self.no_lucene)) if given]
         if self.retriever == "bm25" and card_only:  # accepted and ignored, then recorded in OUTPUT.args.json
             raise ValueError(f"{', '.join(card_only)} go with an encoder-card --retriever, not bm25")
+        if self.retriever != "bm25" and self.dtype is None:
+            self.dtype = "auto"  # recorded as used
 
 
 def sample_negatives(ranking: list[str], positives: set[str], min_rank: int, max_rank: int, count: int,
@@ -116,7 +118,7 @@ def retrieve(args: MiningArguments, queries: dict[str, str]) -> dict[str, dict[s
 
     retriever = EncoderRetriever(args.retriever, args.mode, Path(args.index_root), hits=args.max_rank,
                                  threads=args.threads, lucene=not args.no_lucene,
-                                 bf16=None if args.dtype in (None, "auto") else args.dtype == "bf16")
+                                 bf16=None if args.dtype == "auto" else args.dtype == "bf16")
     return retriever.retrieve(corpus, name, queries)
 
 

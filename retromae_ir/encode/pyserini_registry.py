@@ -57,8 +57,8 @@ def refuse_unapplied(prefix=None, fp16=False, **_) -> None:
     """Pyserini's options our encoders would not apply: refused rather than swallowed (the card decides the
     encoding; a run made without the asked-for prefix or precision looked as if it had them)."""
     if prefix:
-        raise ValueError(f"retromae_ir encoders encode as their card says: Pyserini's prefix {prefix!r} "
-                         "(--query-prefix / --prefix) would not be applied; leave it out")
+        raise ValueError(f"retromae_ir encoders encode as their card says: Pyserini's --query-prefix {prefix!r} "
+                         "would not be applied; leave it out")
     if fp16:
         raise ValueError("retromae_ir encoders run in fp32 inside Pyserini: --fp16 would not be applied; leave it "
                          "out, or encode with `python -m retromae_ir.encode ... --dtype bf16`")

@@ -94,7 +94,7 @@ def test_the_dense_and_sparse_names_of_one_card_share_one_model(monkeypatch):
 
 
 def test_pyserini_options_our_encoders_would_not_apply_are_refused(monkeypatch):
-    """--query-prefix / --prefix and --fp16 reached our encoders through ``**kwargs`` and were dropped: the run
+    """--query-prefix and --fp16 reached our encoders through ``**kwargs`` and were dropped: the run
     looked as if made with them. The defaults Pyserini always passes (prefix None, fp16 False) are accepted."""
     from types import SimpleNamespace
 
@@ -104,7 +104,7 @@ def test_pyserini_options_our_encoders_would_not_apply_are_refused(monkeypatch):
     model = SimpleNamespace(card=card, encode_passage=lambda texts, batch: SimpleNamespace(dense=len(texts)))
     monkeypatch.setattr(registry, "_model", lambda name, device: model)
     registry.RetroMAEQueryEncoder("retromae_ir:c", device="cpu", prefix=None, fp16=False)
-    with pytest.raises(ValueError, match="prefix 'query: ' .* would not be applied"):
+    with pytest.raises(ValueError, match="--query-prefix 'query: ' would not be applied"):
         registry.RetroMAEQueryEncoder("retromae_ir:c", device="cpu", prefix="query: ", fp16=False)
     with pytest.raises(ValueError, match="--fp16 would not be applied"):
         registry.RetroMAESparseQueryEncoder("retromae_ir-sparse:c", device="cpu", fp16=True)

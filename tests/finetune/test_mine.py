@@ -66,3 +66,5 @@ def test_card_only_flags_with_bm25_are_refused(flags, named):
     with pytest.raises(ValueError, match=f"^{named} go with an encoder-card --retriever, not bm25"):
         MiningArguments("bm25", "c", "q", "r", "o", **flags)
     MiningArguments("card.yaml", "c", "q", "r", "o", **flags)  # a card reads them
+    assert MiningArguments("card.yaml", "c", "q", "r", "o").dtype == "auto"  # recorded as used
+    assert MiningArguments("bm25", "c", "q", "r", "o").dtype is None

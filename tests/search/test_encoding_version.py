@@ -114,7 +114,8 @@ def test_pre_encoded_queries_of_other_encoding_code_than_the_index_are_refused(t
 
     card = tmp_path / "tiny.yaml"
     card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\nmax_passage_length: 32\n")
-    index_dir = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1).build_index(CORPUS, "handful")
+    index_dir = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, bf16=False,
+                                 device="cpu").build_index(CORPUS, "handful")  # fp32, as the queries below
     model = EncoderModel.from_card(str(card), device="cpu")
     queries = tmp_path / "queries"
     encode_queries(model, {"q1": "a cat", "q2": "proteins"}, queries)
