@@ -87,8 +87,10 @@ def chain_rows(path: Path) -> list[str]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="benchmarks/finetune_anchor.py", description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, required=True, help="BEIR folder (corpus, queries, qrels)")
-    parser.add_argument("--train-qrels", type=Path, help="training qrels (default: FOLDER/qrels/train.tsv; the "
-                        "chain's splits/train.tsv to leave its dev queries out, as the chain does)")
+    parser.add_argument("--train-qrels", type=Path, required=True,
+                        help="training qrels: the chain's OUTPUT/splits/train.tsv, as the chain trains on (scifact's "
+                             "own qrels/train.tsv holds the dev queries and two twins of test queries: training on "
+                             "it would see test answers)")
     parser.add_argument("--chain-results", type=Path, help="a chain's results.json to print beside the anchor")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -99,7 +101,7 @@ def main(argv=None) -> None:
                         "bf16=True), as our chain does by default on a CPU with native bf16")
     args = parser.parse_args(argv)
     random.seed(args.seed)
-    pairs = training_pairs(args.folder, args.train_qrels or args.folder / "qrels" / "train.tsv")
+    pairs = training_pairs(args.folder, args.train_qrels)
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         model = fine_tune(pairs, args, tmp)
