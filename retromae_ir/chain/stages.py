@@ -270,13 +270,13 @@ class Chain:
         start = time.time()
         self.record_made_with(name, {})
         retrievers = self.card_retrievers(card)
-        for mode in ("dense", "sparse"):
-            self.evaluate_mode(name, mode, retrievers[mode])
         retriever = retrievers["hybrid"]
         index = retriever.build_index(self.corpus, self.index_name(name))
         sweep = sweep_sparse_weight(index, retriever.model, *self.dev_queries)
-        weight = best_weight(sweep)
+        weight = best_weight(sweep)  # chosen before any test query is searched
         test = sweep_sparse_weight(index, retriever.model, *self.test_queries, weights=[weight])[weight]
+        for mode in ("dense", "sparse"):
+            self.evaluate_mode(name, mode, retrievers[mode])
         log.info("%s: OT weight %g chosen on the dev split (dev %s); test %s", name, weight, sweep[weight], test)
         self.record(name, sparse_weight=weight, sparse_weight_sweep={str(w): m for w, m in sweep.items()},
                     hybrid=test, eval_wall_s=round(time.time() - start, 1))
