@@ -13,7 +13,7 @@ to ``--k`` distinct terms a document out of ``--vocab``, drawn with probability 
 weights, 0.078-0.120). Each query is about one random document: its dense vector that document's plus as much noise,
 its ``--query-k`` OT terms half the document's, half drawn like a document's.
 
-Then, each in a fresh process so that its peak memory is its own (one run each, no warm-up):
+Then, each in a fresh process so that its peak memory is its own (one untimed pass, then the timed one):
 
 * ``brute``: Eq. 12 over every document (BruteForceScorer, the reference top-10);
 * ``ours``: ExactHybridSearcher, K' = ``--candidates``, at most K' hits a query (the searcher raises K' to the hits

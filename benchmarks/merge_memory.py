@@ -5,7 +5,8 @@
 
 Merges the chunks that ``hybrid_scale.py`` left under ``--work``/index/.work into ``--output`` (the same code
 ``python -m retromae_ir.encode merge`` runs) and prints the peaks of RSS and its anonymous and file-backed parts,
-sampled every 20 ms, less what the process held before the merge. Run it with ``PYTHONPATH`` pointing at another
+sampled every 20 ms in this process (absolute, not less what it held before; with ``--lucene`` the indexer's JVM is
+a child process whose memory is not in them). Run it with ``PYTHONPATH`` pointing at another
 checkout of ``retromae_ir`` to compare two versions on the same chunks.
 """
 from __future__ import annotations

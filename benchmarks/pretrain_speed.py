@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -104,7 +103,13 @@ def measure_one(method: str, model_dir: str, length: int, bf16: bool, steps: int
     flops = counter.get_total_flops()
     return {"s_per_step": seconds, "seq_per_s": batch_size / seconds, "batch_size": batch_size,
             "gflop_per_step": flops / 1e9, "achieved_gflops": flops / 1e9 / seconds,
-            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
+            "peak_rss_gb": peak_rss_bytes() / 2 ** 30}
+
+
+def peak_rss_bytes() -> int:
+    """This process's own peak RSS (VmHWM): ru_maxrss of a child started by fork/exec can carry its parent's."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
 
 def run_child(args, method: str, backbone: str, length: int, precision: str) -> dict:
