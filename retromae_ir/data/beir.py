@@ -94,8 +94,12 @@ class BeirDataset:
         files = ("corpus.jsonl", "queries.jsonl", f"qrels/{self.split}.tsv")
         return [f"{sub}/{f}" if sub else f for sub in (self.subforums or ("",)) for f in files]
 
+    def missing_files(self, folder: Path) -> list[str]:
+        """The required files (relative paths) that ``folder`` lacks."""
+        return [rel for rel in self.required_files() if not (folder / rel).is_file()]
+
     def is_complete(self, folder: Path) -> bool:
-        return all((folder / rel).is_file() for rel in self.required_files())
+        return not self.missing_files(folder)
 
 
 BEIR_DATASETS: dict[str, BeirDataset] = {d.name: d for d in (
@@ -177,7 +181,7 @@ def _unavailable_message(dataset: BeirDataset, roots: list[tuple[str, Path]], ex
     private = "is not publicly downloadable (BEIR cannot redistribute it); build it with BEIR's instructions"
     if explicit:
         (_, root), = roots
-        missing = [f for f in dataset.required_files() if not (root / dataset.name / f).is_file()]
+        missing = dataset.missing_files(root / dataset.name)
         return (f"BEIR dataset {dataset.name!r} is not in --data-dir {root}: {root / dataset.name / missing[0]} is "
                 f"missing{'; it ' + private if not dataset.public else ''} ($RETROMAE_IR_DATA, the cache and "
                 "downloading are not tried when --data-dir is given; leave it out to use them)")
@@ -208,8 +212,8 @@ def download_beir(dataset: BeirDataset, root: Path) -> Path:
         except zipfile.BadZipFile as err:
             raise DatasetUnavailable(f"{dataset.url}: not a valid zip archive ({err})") from None
         found = unpacked / dataset.name
-        if not dataset.is_complete(found):
-            missing = [f for f in dataset.required_files() if not (found / f).is_file()]
+        missing = dataset.missing_files(found)
+        if missing:
             raise DatasetUnavailable(f"{dataset.url}: archive lacks {dataset.name}/{missing[0]}")
         if dataset.is_complete(target):  # another process's download finished first
             return target
@@ -221,9 +225,9 @@ def download_beir(dataset: BeirDataset, root: Path) -> Path:
 
 
 def _hand_placed(dataset: BeirDataset, target: Path, then: str = "the download") -> str:
-    missing = [f for f in dataset.required_files() if not (target / f).is_file()]
-    return (f"{target} exists but is not a complete {dataset.name} ({', '.join(missing)} missing): complete it, or "
-            f"move it away so that {then} is tried")
+    missing = ", ".join(dataset.missing_files(target))
+    return (f"{target} exists but is not a complete {dataset.name} ({missing} missing): complete it, or move it "
+            f"away so that {then} is tried")
 
 
 def fetch(url: str, dest: Path, chunk: int = 1 << 20) -> None:
