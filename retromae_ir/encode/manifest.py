@@ -155,8 +155,8 @@ def check_queries(queries: str | os.PathLike, index: str | os.PathLike) -> None:
     if encoded.get("weights") and built.get("weights") and encoded["weights"] != built["weights"]:
         raise IndexMismatchError(f"{queries} and {index} were encoded with other weights or tokenizer files of "
                                  f"{built['card'].get('checkpoint')!r}: encode the queries (or the corpus) again")
-    if manifest_precision(encoded) != manifest_precision(built):  # as check_precision for our own searcher
-        raise IndexMismatchError(f"{queries} was encoded in {manifest_precision(encoded)}, {index} in "
-                                 f"{manifest_precision(built)}: a mix gives figures for a precision nobody chose "
-                                 f"(int8 moves the ranking); encode the queries with --dtype "
-                                 f"{manifest_precision(built)}")
+    used, made = manifest_precision(encoded), manifest_precision(built)
+    if used != made:  # as check_precision for our own searcher
+        raise IndexMismatchError(f"{queries} was encoded in {used}, {index} in {made}: a mix gives figures for a "
+                                 f"precision nobody chose (int8 moves the ranking); encode the queries with --dtype "
+                                 f"{made}")

@@ -82,10 +82,14 @@ class RetroMAEDocumentEncoder(_Base, DocumentEncoder):
         super().__init__(model_name, device)
 
     def encode(self, texts, titles=None, batch_size: int = 64, **options):
+        return self._passages(texts, titles, batch_size, options).dense
+
+    def _passages(self, texts, titles, batch_size: int, options: dict):
+        """The passages' ``Encoded`` (title and text joined as ``encode corpus`` joins them)."""
         refuse_unapplied(**options)
         if titles is not None:
             texts = [joined(title, text) for title, text in zip(titles, texts)]
-        return self.model.encode_passage(list(texts), batch_size).dense
+        return self.model.encode_passage(list(texts), batch_size)
 
 
 class RetroMAEQueryEncoder(_Base, QueryEncoder):
@@ -105,10 +109,7 @@ class RetroMAESparseDocumentEncoder(RetroMAEDocumentEncoder):
     sparse = True
 
     def encode(self, texts, titles=None, batch_size: int = 64, **options):
-        refuse_unapplied(**options)
-        if titles is not None:
-            texts = [joined(title, text) for title, text in zip(titles, texts)]
-        return sparse_dicts(self.model, self.model.encode_passage(list(texts), batch_size).sparse)
+        return sparse_dicts(self.model, self._passages(texts, titles, batch_size, options).sparse)
 
 
 class RetroMAESparseQueryEncoder(RetroMAEQueryEncoder):
