@@ -288,12 +288,14 @@ def encode_benchmark(args, start_routes: dict | None = None) -> dict:
     splade._output_to_weight_dicts = dict_output.wrap(splade._output_to_weight_dicts)
     splade._get_encoded_query_token_wight_dicts = dict_output.wrap(splade._get_encoded_query_token_wight_dicts)
 
+    on_cuda = torch.device(device).type == "cuda"  # where the OT max-pool runs the padded route by default
+
     def other_max_pool(docs):  # the OT max-pool route this device does not take by default
         from unittest import mock
 
         import retromae_ir.encode.representation as representation
 
-        if torch.device(device).type == "cuda":  # the packed, tiled route (CPU's), forced
+        if on_cuda:  # the packed, tiled route (CPU's), forced
             with mock.patch.object(representation, "padded_head_is_faster", lambda hidden: False):
                 ours["dupmae-minilm"].encode_passage(docs, 64)
         else:  # the one before #12 item 2: the head over every position, [16, L, V] at a time (CUDA's default)
@@ -312,7 +314,7 @@ def encode_benchmark(args, start_routes: dict | None = None) -> dict:
 
     def work(model):  # which count of ``flops`` below is the work our model runs
         if hasattr(model, "lm_head"):  # the OT head: packed ordinary tokens, or every position on CUDA
-            return "all" if torch.device(device).type == "cuda" else "ordinary"
+            return "all" if on_cuda else "ordinary"
         return "first token" if model.first_token_last_layer else None
 
     # name -> (run over a list of texts, the count of its work: None (the encoder), "first token" (the encoder
@@ -321,7 +323,7 @@ def encode_benchmark(args, start_routes: dict | None = None) -> dict:
                PYSERINI_SPLADE: (pyserini_loop(splade), "all"),
                OURS_DENSE: (ours_run(ours["minilm-cls"]), work(ours["minilm-cls"])),
                OURS_DUPMAE: (ours_run(ours["dupmae-minilm"]), work(ours["dupmae-minilm"])),
-               **({OURS_DUPMAE_TILED: (other_max_pool, "ordinary")} if torch.device(device).type == "cuda" else
+               **({OURS_DUPMAE_TILED: (other_max_pool, "ordinary")} if on_cuda else
                   {OURS_DUPMAE_NAIVE: (other_max_pool, "all")})}
     if int8:
         systems.update({OURS_DENSE_INT8: (ours_run(int8["minilm-cls"]), work(int8["minilm-cls"])),

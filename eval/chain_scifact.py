@@ -30,11 +30,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", default="quick", choices=["quick", "short", "short-pretrain", "full"])
     add_debug_flag(parser)
     args, rest = parser.parse_known_args(argv)
-    if any(arg == "--chain" or arg.startswith("--chain=") for arg in rest):
+    given = {arg.split("=", 1)[0] for arg in rest}  # --flag VALUE and --flag=VALUE alike
+    if "--chain" in given:
         parser.error("--chain: this driver runs scifact-<--config>; run python -m retromae_ir.chain for another chain")
     from retromae_ir.chain.__main__ import main as chain_main
 
-    given = {arg.split("=", 1)[0] for arg in rest}  # --folder DIR and --folder=DIR alike
     source = [] if {"--folder", "--data-dir"} & given or not SHARED_BEIR.is_dir() else [
         "--data-dir", str(SHARED_BEIR)]
     chain_main(["--chain", f"scifact-{args.config}", *source, *rest])
