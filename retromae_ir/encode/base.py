@@ -111,6 +111,7 @@ class EncoderModel(torch.nn.Module):
         self.compiled: str | None = None  # the compile backend (COMPILE_BACKENDS) the transformer runs under
         self.batch_tokens: int | None | str = "auto"  # the token cap per forward pass: see max_batch_tokens
         self.first_token_last_layer = False  # the last layer computed for the first position only (first_token.py)
+        self.loaded_digests: dict[str, str] | None = None  # the checkpoint's file digests as loaded (from_card)
         self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
 
     @classmethod
@@ -120,15 +121,23 @@ class EncoderModel(torch.nn.Module):
         from retromae_ir.encode import MODEL_CLASSES
 
         card = load_card(card)
+        digests = card.checkpoint_digests()  # before loading: the files the weights are read from now
         try:
             model = MODEL_CLASSES[card.kind].from_checkpoint(card)
         except OSError as error:  # transformers' message names neither the card nor what it tried to load
             raise CardError(f"card {card.name!r}: cannot load checkpoint {card.checkpoint!r}: {error}") from error
+        model.loaded_digests = digests or card.checkpoint_digests()  # {}: a hub name downloaded by the load
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = model.to(device).eval()
         model.bf16 = bf16 if bf16 is not None else bf16_is_fast(model.device)
         model._trim_for_inference()
         return model
+
+    def checkpoint_digests(self) -> dict[str, str]:
+        """The digests of the checkpoint files these weights were loaded from (taken at load, so a checkpoint
+        trained again in place while this model is in memory is not recorded as what encoded its vectors); a model
+        not loaded by :meth:`from_card` (one in training) has its card's current ones."""
+        return self.card.checkpoint_digests() if self.loaded_digests is None else self.loaded_digests
 
     def quantize_int8(self) -> "EncoderModel":
         """Dynamic int8 quantisation of every ``nn.Linear`` (int8 weights, activations quantised per batch), in

@@ -79,7 +79,7 @@ def sources(model, docids: list[str], texts: list[str], chunk_size: int) -> dict
     under equal sources, so changed texts, retrained weights, newer encoding code, another dtype or chunk size are
     encoded again instead of being mixed with old vectors."""
     card = model.card
-    return {"fingerprint": card.fingerprint(), "weights": card.checkpoint_digests(), "encoding": ENCODING_VERSION,
+    return {"fingerprint": card.fingerprint(), "weights": model.checkpoint_digests(), "encoding": ENCODING_VERSION,
             "max_passage_length": card.max_passage_length, "precision": precision(model),
             "documents": len(docids), "corpus_digest": corpus_digest(docids, texts), "chunk_size": chunk_size}
 

@@ -100,15 +100,16 @@ def check_encoding(manifest: dict, where: str | os.PathLike) -> None:
                                  f"whose vectors differ: encode it again with this code")
 
 
-def check_card(manifest: dict, card: EncoderCard, where: str) -> None:
+def check_card(manifest: dict, card: EncoderCard, where: str, digests: dict[str, str] | None = None) -> None:
     """Refuse a card whose representation differs from the one that built ``where`` (name the differing fields),
     or whose checkpoint's weight, config or tokenizer files differ from those recorded (a checkpoint trained again, or
     its tokenizer edited, in place: its queries would be encoded by another model than the documents), or whose
-    encoding code's version is not this code's (:func:`check_encoding`)."""
+    encoding code's version is not this code's (:func:`check_encoding`). ``digests``: the files' digests as a
+    loaded model read them (``EncoderModel.checkpoint_digests``); the card's current ones by default."""
     if manifest["fingerprint"] == card.fingerprint():
         check_encoding(manifest, where)
         recorded = manifest.get("weights") or {}
-        current = card.checkpoint_digests() if recorded else {}  # a hub name is looked up only when there is a record
+        current = {} if not recorded else card.checkpoint_digests() if digests is None else digests
         if recorded and current and recorded != current:  # {}: unknown (a hub name not in the cache here)
             changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
             raise IndexMismatchError(f"{where} was encoded with other weights or tokenizer files of "

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -74,7 +75,7 @@ def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS,
         raise ValueError("qrels are empty: nothing to evaluate against")
     measures = [_parse(m) for m in metrics]
     qrels = {str(qid): {str(d): int(rel) for d, rel in judged.items()} for qid, judged in qrels.items()}
-    run = {qid: hits for qid, hits in run.items() if qid in qrels and hits}
+    run = {str(qid): _checked_hits(qid, hits) for qid, hits in run.items() if str(qid) in qrels and hits}
     per_query = {m.name: dict.fromkeys(qrels, 0.0) for m in measures}
     for cut in {m.cut for m in measures}:
         group = [m for m in measures if m.cut == cut]
@@ -83,6 +84,18 @@ def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS,
             for m in group:
                 per_query[m.name][qid] = values[m.key]
     return per_query
+
+
+def _checked_hits(qid, hits: dict) -> dict[str, float]:
+    """A query's hits with ids as strings, like the qrels' (an int id would match no judgement and score 0), and
+    finite scores (a NaN has no place in a ranking: sorting by it is arbitrary)."""
+    checked = {str(docid): float(score) for docid, score in hits.items()}
+    if len(checked) != len(hits):
+        raise ValueError(f"query {qid!r}: the run names a document twice (as a string and as a number)")
+    bad = next((docid for docid, score in checked.items() if not math.isfinite(score)), None)
+    if bad is not None:
+        raise ValueError(f"query {qid!r}: document {bad!r} has score {checked[bad]}; a ranking needs finite scores")
+    return checked
 
 
 def evaluate_run(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS, min_relevance: int = 1) -> dict[str, float]:

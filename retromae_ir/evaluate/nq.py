@@ -230,7 +230,7 @@ def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]
     from retromae_ir.encode.manifest import reusable_manifest
 
     data = reusable_manifest(index_dir, model)
-    return (data is not None and data.get("weights") == model.card.checkpoint_digests()
+    return (data is not None and data.get("weights") == model.checkpoint_digests()
             and data.get("corpus_digest") == corpus_digest(docids, texts))
 
 

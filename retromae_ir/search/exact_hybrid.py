@@ -39,7 +39,8 @@ class ExactHybridSearcher:
         card = encoder.card if isinstance(encoder, EncoderModel) else encoder
         self.index = HybridIndex(index_dir, card)
         self._model = encoder if isinstance(encoder, EncoderModel) else None
-        if self._model is not None:
+        if self._model is not None:  # the weights it was loaded from, not the folder's files now
+            check_card(self.index.manifest, card, str(index_dir), self._model.checkpoint_digests())
             check_precision(self.index.manifest, self._model, index_dir)
         self.device = device
         if mode not in MODES:
@@ -61,7 +62,7 @@ class ExactHybridSearcher:
             precision = manifest_precision(self.index.manifest)
             device = self.device or ("cpu" if precision == "int8" else None)  # int8 runs on the CPU only
             model = EncoderModel.from_card(self.index.card, device=device, bf16=precision == "bf16")
-            check_card(self.index.manifest, model.card, str(self.index.directory))
+            check_card(self.index.manifest, model.card, str(self.index.directory), model.checkpoint_digests())
             self._model = model.quantize_int8() if precision == "int8" else model
         return self._model
 

@@ -58,8 +58,7 @@ class EncoderRetriever:
     def source_digests(self, corpus: Path) -> dict[str, str]:
         """What an index is built from: the corpus bytes and, for a local checkpoint, its weight and tokenizer files
         (a card whose checkpoint directory was trained again keeps its fingerprint, but not these)."""
-        _ = self.model  # loaded first: a hub name's files are in the cache (to be digested) only once downloaded
-        weights = {f"{name}_sha256": digest for name, digest in self.card.checkpoint_digests().items()}
+        weights = {f"{name}_sha256": digest for name, digest in self.model.checkpoint_digests().items()}
         return {"corpus_sha256": file_digest(corpus), **weights}
 
     def index_is_current(self, index_dir: Path, digests: dict[str, str]) -> bool:

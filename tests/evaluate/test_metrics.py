@@ -88,3 +88,16 @@ def test_unknown_metric_is_rejected(metric):
 def test_empty_qrels_are_rejected():
     with pytest.raises(ValueError, match="qrels are empty"):
         evaluate_run(RUN, {})
+
+
+def test_numeric_ids_in_a_run_match_the_qrels_string_ids():
+    """qrels ids are read as strings; a run built with int ids (pandas, a notebook) scores its hits, not 0."""
+    qrels = {"1": {"7": 1}}
+    assert evaluate_run({1: {7: 2.0, "8": 1.0}}, qrels, ("ndcg@10",)) == {"ndcg@10": 1.0}
+
+
+def test_a_document_named_twice_or_a_nan_score_is_refused():
+    with pytest.raises(ValueError, match="query 'q': the run names a document twice"):
+        evaluate_run({"q": {7: 2.0, "7": 1.0}}, {"q": {"7": 1}}, ("ndcg@10",))
+    with pytest.raises(ValueError, match="query 'q': document 'd2' has score nan"):
+        evaluate_run({"q": {"d1": 2.0, "d2": float("nan")}}, {"q": {"d1": 1}}, ("ndcg@10",))

@@ -282,3 +282,35 @@ def test_a_model_given_in_another_precision_than_the_index_is_refused(tmp_path, 
     with pytest.raises(IndexMismatchError, match="was encoded in bf16, and the model given runs in fp32"):
         ExactHybridSearcher(index_dir, fp32)
     assert ExactHybridSearcher(index_dir, str(card)).model.bf16 is True
+
+
+def test_weights_trained_again_while_loaded_are_not_recorded_as_the_encoders(tmp_path, tiny_bert_dir):
+    """A checkpoint folder trained again while a suite holds the old model in memory: the old weights' vectors are
+    recorded with the old weights' digests (taken at load), so they are not published as the folder's index (the
+    merge refuses them) and pre-encoded queries name the weights that made them."""
+    from transformers import BertForMaskedLM
+
+    from retromae_ir.encode.manifest import IndexMismatchError
+    from retromae_ir.encode.queries import encode_queries
+    from retromae_ir.io import checkpoint_file_digests
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_bert_dir, checkpoint)
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {checkpoint}\nkind: cls-dense\ndims: 32\n")
+    loaded = checkpoint_file_digests(checkpoint)
+    retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, lucene=False)
+    model = retriever.model  # the old weights, in memory
+
+    retrained = BertForMaskedLM.from_pretrained(checkpoint)
+    with torch.no_grad():
+        retrained.bert.embeddings.word_embeddings.weight.mul_(2.0)
+    retrained.save_pretrained(checkpoint)
+    assert checkpoint_file_digests(checkpoint)["model.safetensors"] != loaded["model.safetensors"]
+
+    with pytest.raises(IndexMismatchError, match="not encoded with card 'tiny' and its current weights"):
+        retriever.build_index(CORPUS, "handful")
+    assert not (tmp_path / "indexes" / "tiny" / "handful" / "manifest.json").exists()
+    assert retriever.run_key(CORPUS)["model.safetensors_sha256"] == loaded["model.safetensors"]
+    queries = json.loads(encode_queries(model, {"q1": "cells"}, tmp_path / "queries").read_text())
+    assert queries["weights"]["model.safetensors"] == loaded["model.safetensors"]
