@@ -168,9 +168,15 @@ def identity_changes(saved: dict, current: dict) -> list[str]:
 
 
 def latest_checkpoint(output: Path) -> Path | None:
-    """The newest complete ``checkpoints/step-N`` (an interrupted write leaves only a ``.step-N.*.tmp``)."""
+    """The newest complete ``checkpoints/step-N`` (an interrupted write leaves only a ``.step-N.*.tmp``); with
+    none left (deleted to save disk), the published output, a complete copy of the final checkpoint once its
+    ``config.json`` is back (``_publish`` puts it back after everything else)."""
     found = sorted(Path(output).glob(f"{CHECKPOINTS}/step-*/{STATE_DIR}"), key=lambda p: int(p.parent.name[5:]))
-    return found[-1].parent if found else None
+    if found:
+        return found[-1].parent
+    published = Path(output)
+    return published if (published / STATE_DIR / "state.pt").is_file() and (published / "config.json").is_file() \
+        else None
 
 
 def check_output(args: TrainingArguments, identity: dict) -> Path | None:
@@ -189,8 +195,8 @@ def check_output(args: TrainingArguments, identity: dict) -> Path | None:
                                "to discard it and start afresh, or choose a new --output")
         return None
     checkpoint = latest_checkpoint(output)
-    # no checkpoint left (deleted to save disk, say): a published output still holds its identity, and a run with
-    # other inputs would train from scratch beside it, publishing over it only at the end
+    # no checkpoint at all (a half-published output, say): its identity still keys it, and a run with other inputs
+    # would train from scratch beside it, publishing over it only at the end
     saved = read_identity(checkpoint if checkpoint is not None else output)
     if saved is not None and saved != identity:
         raise TrainerError(f"cannot resume {checkpoint or output}: it was trained with other inputs ("
@@ -288,8 +294,8 @@ class Trainer:
 
     # ---- resume ----------------------------------------------------------------------------------------------
     def restore(self, checkpoint: Path) -> None:
-        """Model, optimizer, learning-rate plan and step from ``checkpoint`` (a ``checkpoints/step-N`` directory),
-        whose identity ``check_output`` has matched with this run's."""
+        """Model, optimizer, learning-rate plan and step from ``checkpoint`` (a ``checkpoints/step-N`` directory or
+        the published output), whose identity ``check_output`` has matched with this run's."""
         if read_identity(checkpoint) is None:
             log.warning("%s predates keyed resume: its inputs cannot be checked against this run's", checkpoint)
         state = torch.load(checkpoint / STATE_DIR / "state.pt", map_location="cpu", weights_only=False)

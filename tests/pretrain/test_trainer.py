@@ -70,6 +70,25 @@ def test_resume_gives_the_uninterrupted_result(tiny_bert_dir, corpus, tmp_path, 
     assert sorted(p.name for p in (tmp_path / "b/checkpoints").iterdir()) == ["step-2", "step-3"]
 
 
+def test_resume_after_the_checkpoints_were_deleted_continues_the_published_output(tiny_bert_dir, corpus, tmp_path):
+    """A finished output whose checkpoints/ was deleted to save disk is itself the final checkpoint: --resume with
+    more steps continues it (as from checkpoints/step-3), not a run from step 0 under the output's name."""
+    import shutil
+
+    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "a")).train()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.rmtree(tmp_path / "b/checkpoints")
+    longer = {"resume": True, "max_steps": 5}
+    kept = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "a", **longer))
+    kept.train()
+    deleted = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "b", **longer))
+    deleted.train()
+    a, b = kept.model.state_dict(), deleted.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert read_rows(tmp_path / "a/loss.csv") == read_rows(tmp_path / "b/loss.csv")
+    assert [int(row["step"]) for row in read_rows(tmp_path / "b/loss.csv")] == [1, 2, 3, 4, 5]
+
+
 def test_cli_writes_a_loadable_checkpoint_and_curves(tiny_bert_dir, corpus, tmp_path):
     from transformers import AutoModel, AutoTokenizer
 
