@@ -100,8 +100,8 @@ def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path, titl
 
 def report(chains: list, output: Path, title: str = "scifact") -> str:
     """results.md (both tables) and chain.png under ``output``; returns the markdown."""
-    measured = [(chain.label, chain.results) for chain in chains]
-    baselines = baseline_rows(chains[0].results)
+    measured = [(chain.label, chain.reported_results()) for chain in chains]
+    baselines = baseline_rows(measured[0][1])
     text = (results_table(baselines + stage_rows(measured)) + "\n\nWall seconds per stage:\n\n"
             + wall_table(measured) + "\n")
     with atomic_write(output / "results.md") as handle:

@@ -33,6 +33,10 @@ log = logging.getLogger("retromae_ir.chain")
 MODES = ("dense", "sparse", "hybrid")
 EVALUATION = (*MODES, "dev", "eval_wall_s", "made_with", "sparse_weight", "sparse_weight_sweep")  # a record's metrics
 METRICS = ("ndcg@10", "recall@100")
+# versions of the code a stage's output depends on besides its inputs (see Chain.timed): vectors and search runs
+# (a card's evaluation and its mined negatives), and the representation fine-tuning trains (finetune/model.py)
+RETRIEVAL_CODE = {"encoding": ENCODING_VERSION, "search": SEARCH_VERSION}
+TRAINING_CODE = {"encoding": ENCODING_VERSION}
 DEPTH = 100  # hits a run is scored on: retrieved one deeper, so that a dropped self-hit leaves DEPTH (as BEIR's 1,000)
 # searched over the chain's own corpus (a sub-corpus changes every figure): stage name -> (label, its mode)
 BASELINES = {"baseline-bm25": ("BM25 flat (Pyserini)", "sparse"),
@@ -103,6 +107,10 @@ class Chain:
         output.mkdir(parents=True, exist_ok=True)
         self.results_path = output / "results.json"
         self.results = json.loads(self.results_path.read_text()) if self.results_path.is_file() else {}
+        # what this run made or found current: only these are reported (a stage this configuration skips, say
+        # distillation switched off, keeps its record, but its rows were made from outputs since made again)
+        self.made: set[str] = set()
+        self.evaluated: set[str] = set()
         self.started_path = output / "started.json"
         self.started = json.loads(self.started_path.read_text()) if self.started_path.is_file() else {}
         resumable = {name: entry for name, entry in self.started.items()  # unfinished, with checkpoints to resume
@@ -159,7 +167,14 @@ class Chain:
             run()
             self.record(name, wall_s=round(time.time() - start, 1), inputs=made_from,
                         output=as_stored(artifact_digest(done)))
+        self.made.add(name)
         return done
+
+    def reported_results(self) -> dict:
+        """results.json as this run stands by it: the stages it made or found current, with metrics only where it
+        evaluated them or found them current (what the report shows)."""
+        return {name: entry if name in self.evaluated else {k: v for k, v in entry.items() if k not in EVALUATION}
+                for name, entry in self.results.items() if name in self.made | self.evaluated}
 
     def discard(self, name: str, done: Path, folder: Path | None) -> None:
         """Drop a finished stage's output (its stage ``folder``, or its file), then its record (metrics included):
@@ -260,6 +275,7 @@ class Chain:
         self.drop_stale_evaluation(name, {})
         if "sparse_weight" not in self.results.get(name, {}):
             self.choose_sparse_weight(name, self.write_card(f"{name}-unweighted", checkpoint))
+        self.evaluated.add(name)
         return self.write_card(name, checkpoint, self.results[name]["sparse_weight"])
 
     def choose_sparse_weight(self, name: str, card: Path) -> None:
@@ -305,7 +321,7 @@ class Chain:
                 "--dtype", "bf16" if self.bf16 else "fp32", *([] if self.lucene else ["--no-lucene"])]),
             log_file=self.log_file),
             inputs=(*([] if retriever == "bm25" else [Path(retriever)]), self.corpus, *self.train_files),
-            code={"mining": MINING_VERSION})
+            code={"mining": MINING_VERSION, **({} if retriever == "bm25" else RETRIEVAL_CODE)})
 
     def finetune(self, name: str, stage: str, card: Path, data: Path | list[str], group: int) -> Path:
         """A fine-tuning stage on ``data``: a training file (mined negatives, soft labels) or qrels flags."""
@@ -326,7 +342,7 @@ class Chain:
             "--lr", str(c.stage_lr(stage)), *calibrate, *terms, *dropout,
             *grad_cache_flags(c, group),
             *self.flags(out, c.steps, c.stage_epochs(stage)),
-            log_file=self.log_file), inputs=(card, self.corpus, *files))
+            log_file=self.log_file), inputs=(card, self.corpus, *files), code=TRAINING_CODE)
         return out / "card.yaml"
 
     def cross_encoder(self, negatives: Path) -> Path:
@@ -382,6 +398,7 @@ class Chain:
             self.evaluate_mode(name, mode, retriever)
         if "eval_wall_s" not in self.results.get(name, {}):
             self.record(name, eval_wall_s=round(time.time() - start, 1))
+        self.evaluated.add(name)
 
     @cached_property
     def evaluated_on(self) -> dict:
@@ -392,8 +409,7 @@ class Chain:
     def made_with(self, depends_on: dict) -> dict:
         """What a recorded evaluation was made with: ``depends_on``, the corpus and dev split, and the encoding,
         search and evaluation code's versions (a record made otherwise is evaluated again, not kept)."""
-        return as_stored({**depends_on, **self.evaluated_on, "encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
-                          "evaluation": EVALUATION_VERSION})
+        return as_stored({**depends_on, **self.evaluated_on, **RETRIEVAL_CODE, "evaluation": EVALUATION_VERSION})
 
     def record_made_with(self, name: str, depends_on: dict) -> None:
         """Record what ``name``'s evaluation is made with before its first row, so an interrupted one's rows say

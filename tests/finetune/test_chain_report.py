@@ -79,6 +79,9 @@ def test_report_takes_baselines_from_the_main_chain_and_writes_table_and_plot(tm
         def __init__(self, label, results):
             self.label, self.results = label, results
 
+        def reported_results(self):
+            return self.results
+
     text = chain.report([Done("pre-trained", {"baseline-bm25": bm25, **RESULTS}), Done("ablation", ABLATION)],
                         tmp_path, "scifact, 1000-document judged sub-corpus")
     table = text.split("\n\n")[0].splitlines()
@@ -112,3 +115,18 @@ def test_plot_places_each_stage_by_its_pipeline_number():
     ablation = {"0-start": {"eval_wall_s": 1}, "1-stage1": {"eval_wall_s": 1}, "2-stage2": {"eval_wall_s": 1}}
     assert chain.stage_ticks([("main", main), ("ablation", ablation)]) == {
         0: "pretrain / start", 1: "stage1", 2: "stage2", 3: "distill"}
+
+
+def test_only_what_a_run_made_or_found_current_is_reported():
+    """A stage this run skipped (distillation switched off) keeps its record, not its rows: they were made from
+    outputs since made again; a stage made but not evaluated this run shows its wall time without metrics."""
+    from types import SimpleNamespace
+
+    from retromae_ir.chain.stages import Chain
+
+    distill = {"wall_s": 50.0, "eval_wall_s": 9.0, "hybrid": {"ndcg@10": 0.7, "recall@100": 0.9}}
+    results = {**RESULTS, "3-distill": distill}
+    run = SimpleNamespace(results=results, made={"0-pretrain", "1-stage1"}, evaluated={"1-stage1"})
+    assert Chain.reported_results(run) == {"0-pretrain": RESULTS["0-pretrain"], "1-stage1": RESULTS["1-stage1"]}
+    run = SimpleNamespace(results=results, made={"1-stage1", "3-distill"}, evaluated={"1-stage1"})
+    assert Chain.reported_results(run) == {"1-stage1": RESULTS["1-stage1"], "3-distill": {"wall_s": 50.0}}

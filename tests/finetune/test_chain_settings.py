@@ -381,7 +381,7 @@ def test_stage_one_is_keyed_on_the_file_it_trains_on(tmp_path, group):
                             train=["--queries", "q.jsonl", "--qrels", "train.tsv"],
                             train_files=(tmp_path / "q.jsonl", tmp_path / "train.tsv"),
                             bm25_negatives=lambda: negatives, flags=lambda *args: [], log_file=None,
-                            timed=lambda name, done, run, inputs=(): recorded.setdefault(name, inputs))
+                            timed=lambda name, done, run, inputs=(), code=None: recorded.setdefault(name, inputs))
     Chain.finetune(chain, "1-stage1", "1", tmp_path / "0-start.yaml", Chain.stage1_data(chain), group)
     expected = (negatives,) if group > 1 else chain.train_files
     assert recorded["1-stage1"] == (tmp_path / "0-start.yaml", chain.corpus, *expected)
@@ -403,3 +403,29 @@ def test_a_given_pretraining_on_a_chain_that_does_not_pretrain_is_refused(tmp_pa
     assert exit_.value.code == 2
     assert "does not pre-train (pretrain: false)" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_trained_and_mined_stages_are_keyed_on_the_code_versions_their_outputs_depend_on(tmp_path):
+    """A fine-tuning stage trains the representation the encoding code versions, and a card's negatives come from
+    its index and search: a release that changes either makes them again, as it re-evaluates (BM25's negatives
+    depend on neither)."""
+    from types import SimpleNamespace
+
+    from retromae_ir.chain.stages import Chain
+    from retromae_ir.encode.representation import ENCODING_VERSION
+    from retromae_ir.mine import MINING_VERSION
+    from retromae_ir.search.exact_hybrid import SEARCH_VERSION
+
+    codes = {}
+    chain = SimpleNamespace(config=ChainConfig(), output=tmp_path, corpus=tmp_path / "corpus.jsonl",
+                            train=["--queries", "q.jsonl", "--qrels", "train.tsv"], index_root=tmp_path / "indexes",
+                            train_files=(tmp_path / "q.jsonl", tmp_path / "train.tsv"), bf16=False, lucene=True,
+                            flags=lambda *args: [], log_file=None,
+                            timed=lambda name, done, run, inputs=(), code=None: codes.setdefault(name, code))
+    Chain.finetune(chain, "2-stage2", "2", tmp_path / "1-stage1.yaml", tmp_path / "negatives.jsonl", 4)
+    Chain.mine(chain, "2-mined-negatives", str(tmp_path / "1-stage1.yaml"), "index")
+    Chain.mine(chain, "1-bm25-negatives", "bm25")
+    assert codes == {"2-stage2": {"encoding": ENCODING_VERSION},
+                     "2-mined-negatives": {"mining": MINING_VERSION, "encoding": ENCODING_VERSION,
+                                           "search": SEARCH_VERSION},
+                     "1-bm25-negatives": {"mining": MINING_VERSION}}

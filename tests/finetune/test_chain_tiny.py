@@ -175,6 +175,11 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     rerun = run_again(argv, output)
     assert "2-mined-negatives is made again: made from other mining" in rerun
     assert rerun.count("retromae_ir.mine") == 1 and "--stage 2" not in rerun and "--stage distill" not in rerun
+    # distillation switched off: its record stays, its rows leave the report (made from a stage 2 since made
+    # again, they would stand beside the new one)
+    run_again([("distill=false" if a == "distill=true" else a) for a in argv], output)
+    assert "3-distill" in json.loads((output / "results.json").read_text())
+    assert "2-stage2" in (output / "results.md").read_text() and "3-distill" not in (output / "results.md").read_text()
     main = json.loads((output / "results.json").read_text())
     commands = (output / "commands.log").stat().st_size
 
