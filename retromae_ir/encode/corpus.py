@@ -31,7 +31,8 @@ import scipy.sparse
 from tqdm import tqdm
 
 from retromae_ir.encode.cards import EncoderCard
-from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, checksums, encoding_version, write_manifest
+from retromae_ir.encode.manifest import (MANIFEST, IndexMismatchError, checksums, encoding_version, manifest_precision,
+                                         write_manifest)
 from retromae_ir.encode.representation import ENCODING_VERSION, impact_dicts
 from retromae_ir.io import atomic_dir, atomic_write, claim_output, pairs_digest
 from retromae_ir.process import run_child
@@ -187,6 +188,24 @@ def _refuse_newer_encodings(output: Path, card: EncoderCard, chosen: Path, sourc
                 f"{output}/{WORK}: {root.name} ({_describe(other)}, {shards} shard(s)) was started after "
                 f"{chosen.name} ({_describe(source)}), the one this merge would build; {meant}, or remove {root} to "
                 f"merge the older one")
+    _refuse_over_a_newer_index(output, chosen, source, started)
+
+
+def _refuse_over_a_newer_index(output: Path, chosen: Path, source: dict, started: int) -> None:
+    """Refuse ``chosen`` when the index already in ``output`` holds other vectors (documents or precision) and was
+    written after ``chosen`` was started: the newer encoding's chunks may be gone (removed to free disk once it was
+    merged), and the merge would put the older corpus's index over it."""
+    path = Path(output) / MANIFEST
+    try:
+        current, written = json.loads(path.read_text()), path.stat().st_mtime_ns
+    except (FileNotFoundError, ValueError):  # no index yet, or a damaged manifest the merge replaces
+        return
+    built = (current.get("corpus_digest"), manifest_precision(current))
+    if current.get("corpus_digest") and built != (source["corpus_digest"], source["precision"]) and written > started:
+        raise IndexMismatchError(
+            f"{output} holds an index of other vectors ({current.get('documents')} documents, {built[1]}) written "
+            f"after {chosen.name} ({_describe(source)}) was started: this merge would replace it with the older "
+            f"encoding; remove {path} (or encode into a new --output) to merge it anyway")
 
 
 def _started(root: Path) -> int:

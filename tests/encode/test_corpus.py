@@ -88,9 +88,16 @@ def test_merge_refuses_an_older_encoding_when_one_of_other_documents_came_after_
     encode_shard(dense_model, IDS, DOCS, tmp_path, 0, 3, chunk_size=4)  # a shard of A run again: B stays the newer
     with pytest.raises(IndexMismatchError, match="was started after"):
         merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)
-    shutil.rmtree(next(p for p in (tmp_path / ".work").glob(f"*-of-{shards}")))  # B removed: A is the one meant
+    # B's chunks removed (to free disk once merged): B's index is still the newer, so A is not put over it
+    shutil.rmtree(next(p for p in (tmp_path / ".work").glob(f"*-of-{shards}")))
+    with pytest.raises(IndexMismatchError, match=r"holds an index of other vectors \(7 documents, fp32\) written after "
+                                                 r".*remove .*manifest.json"):
+        merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)
+    assert read_manifest(tmp_path) == before and _vectors(tmp_path)[0] == new_ids
+    (tmp_path / "manifest.json").unlink()  # B's index given up: A is the one meant
     merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)
     assert _vectors(tmp_path)[0] == IDS
+    merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=3)  # merging the same vectors again is no conflict
 
 
 def test_rerun_encodes_only_missing_chunks(dense_model, tmp_path, monkeypatch):
