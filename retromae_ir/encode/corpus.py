@@ -92,10 +92,19 @@ def work_dir(output: Path, source: dict, shard_num: int) -> Path:
     return Path(output) / WORK / f"{key}-of-{shard_num}"
 
 
+def refuse_query_folder(output: Path) -> None:
+    """Refuse to write an index into a folder of encoded queries (``encode queries``' output): their
+    ``sparse.jsonl`` would stay beside the index's manifest, and the queries' manifest and dense side be replaced."""
+    if (Path(output) / "sparse.jsonl").exists() or (Path(output) / "dense" / "embedding.pkl").exists():
+        raise IndexMismatchError(f"{output} holds encoded queries: encoding a corpus there would mix an index with "
+                                 "them; give another --output")
+
+
 def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard_id: int = 0, shard_num: int = 1,
                  chunk_size: int = 4096, batch_size: int = 64) -> Path:
     """Encode this shard's chunks that are not on disk yet; mark the shard done. Returns the shard folder, which
     is locked meanwhile: shards of one output run side by side, but each shard in one process only."""
+    refuse_query_folder(output)
     start, end = shard_range(len(docids), shard_id, shard_num)
     source = sources(model, docids, texts, chunk_size)
     root = work_dir(output, source, shard_num)
@@ -300,6 +309,7 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
     a host without Java, where only the exact hybrid searcher reads the index), write the manifest.
     The caller holds the output's lock."""
     output = Path(output)
+    refuse_query_folder(output)
     work = Path(work) if work is not None else find_work(output, card, shard_num, int8)
     source = _read_source(work) or {}
     if not _encoded_by(source, card):

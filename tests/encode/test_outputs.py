@@ -285,6 +285,19 @@ def test_queries_are_not_encoded_into_an_index_folder(dense_card, tmp_path, caps
     assert (tmp_path / "index" / "dense" / "index").is_file()
 
 
+def test_a_corpus_is_not_encoded_into_a_folder_of_encoded_queries(sparse_card, tmp_path, capsys):
+    """The other way round: the queries' sparse.jsonl stayed beside the new index's manifest (exit 0)."""
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("q1\tcells\n")
+    assert main(["queries", "--encoder", str(sparse_card), "--topics", str(topics), "--output", str(tmp_path / "q"),
+                 "--device", "cpu", "--dtype", "fp32"]) == 0
+    before = sorted(path.name for path in (tmp_path / "q").iterdir())
+    corpus = write_corpus(tmp_path / "corpus.jsonl", IDS, TEXTS)
+    assert status(encode_args(sparse_card, corpus, tmp_path / "q")) == 2
+    assert "holds encoded queries: encoding a corpus there would mix" in capsys.readouterr().err
+    assert sorted(path.name for path in (tmp_path / "q").iterdir() if path.suffix != ".log") == before
+
+
 def test_pre_encoded_queries_of_another_card_or_other_weights_are_refused_against_an_index(
         dense_card, sparse_card, tiny_bert_dir, tmp_path):
     """The queries' manifest records the weight files and precision; ``check_queries`` (run by the encode
