@@ -19,7 +19,7 @@ from pathlib import Path
 from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.data.readers import load_qrels, load_topics
 from retromae_ir.runs import ranked
-from retromae_ir.io import atomic_write, claim_output
+from retromae_ir.io import atomic_write, claim_output, file_digest
 from retromae_ir.logs import setup_logging
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,8 @@ class MiningArguments:
             raise ValueError(f"need 1 <= --min-rank <= --max-rank, got {self.min_rank}..{self.max_rank}")
         if self.negatives < 1:
             raise ValueError(f"--negatives must be >= 1, got {self.negatives}")
+        if self.min_relevance < 1:  # a 0 is a judged non-relevant document: never a positive
+            raise ValueError(f"--min-relevance must be >= 1, got {self.min_relevance}")
         if self.dtype not in (None, "auto", "bf16", "fp32"):
             raise ValueError(f"--dtype must be auto, bf16 or fp32, got {self.dtype!r}")
         card_only = [flag for flag, given in (("--mode", self.mode is not None), ("--dtype", self.dtype is not None),
@@ -147,8 +149,8 @@ def _mine_into(args: MiningArguments) -> Path:
     with atomic_write(args.output) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    with atomic_write(f"{args.output}.args.json") as handle:
-        json.dump(asdict(args), handle, indent=2)
+    with atomic_write(f"{args.output}.args.json") as handle:  # the corpus's digest: its ids name its passages
+        json.dump({**asdict(args), "corpus_sha256": file_digest(args.corpus)}, handle, indent=2)
     logger.info("%s: %d queries, %.1f negatives each (ranks %d-%d, %s)", args.output, len(records),
                 sum(len(r["negatives"]) for r in records) / len(records), args.min_rank, args.max_rank, args.retriever)
     return Path(args.output)

@@ -51,6 +51,21 @@ def load_passages(path: str | Path) -> dict[str, str]:
     return {doc.docid: doc.contents for doc in docs}
 
 
+def check_ids_corpus(path: str | Path, corpus: str | Path) -> None:
+    """Refuse a training file whose passage ids were taken from another corpus than ``corpus`` (as its maker
+    recorded: ``mine``'s ``PATH.args.json``, ``rerank score``'s ``PATH.key.json``): the ids would resolve to
+    unrelated passages of this one wherever they exist. Files without a record (made by hand) are not checked."""
+    from retromae_ir.io import file_digest, read_key
+
+    sidecar = Path(f"{path}.args.json")
+    record = json.loads(sidecar.read_text()) if sidecar.is_file() else read_key(path) or {}
+    recorded = record.get("corpus_sha256")
+    if recorded and recorded != file_digest(corpus):
+        made_from = record.get("corpus") or f"sha256 {recorded[:12]}"
+        raise DataFormatError(f"{path}: its passage ids were taken from another corpus ({made_from}) than --corpus "
+                              f"{corpus}: give the corpus it was made from")
+
+
 def _passage(item, corpus: dict[str, str] | None, where: str) -> str:
     if isinstance(item, dict):
         if not isinstance(item.get("text"), str):
@@ -186,6 +201,8 @@ def load_examples(data, need_scores: bool = False, in_batch: bool = True) -> lis
     elif ".tsv" in Path(data.train).suffixes:
         examples = read_triples(data.train)
     else:
+        if data.corpus:
+            check_ids_corpus(data.train, data.corpus)
         examples = read_jsonl_examples(data.train, corpus)
     source = data.train or data.qrels
     if data.group_size > 1:

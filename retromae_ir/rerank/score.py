@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
-from retromae_ir.finetune.data import load_passages, read_jsonl_examples
+from retromae_ir.finetune.data import check_ids_corpus, load_passages, read_jsonl_examples
 from retromae_ir.io import as_stored, checkpoint_key, file_digest, key_path, read_key, write_key
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ def _resume(partial: Path, key: dict) -> int:
 
 
 def score_file(model, args: ScoreArguments) -> Path:
+    if args.corpus:
+        check_ids_corpus(args.input, args.corpus)
     corpus = load_passages(args.corpus) if args.corpus else None
     examples = read_jsonl_examples(args.input, corpus, drop_positive_negatives=False)  # scores align with the file
     records = [json.loads(line) for _, line in iter_lines(args.input)]
@@ -89,7 +91,10 @@ def score_file(model, args: ScoreArguments) -> Path:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 offset = end
             out.flush()
+    key = read_key(partial)
+    key_path(output).unlink(missing_ok=True)  # never an earlier output's record beside these scores
     os.replace(partial, output)
+    write_key(output, {**key, "corpus": str(args.corpus)})  # what they were made from (check_ids_corpus)
     key_path(partial).unlink()
     logger.info("%s: %d queries scored", output, len(examples))
     return output

@@ -227,7 +227,7 @@ def test_a_stage_output_without_a_record_is_made_again(tmp_path):
     done.write_text("negatives mined with other settings\n")
     source.write_text("stage 1\n")
     runs = []
-    chain = SimpleNamespace(output=tmp_path, results={}, results_path=tmp_path / "results.json",
+    chain = SimpleNamespace(output=tmp_path, results={}, results_path=tmp_path / "results.json", made=set(),
                             record=lambda name, **values: chain.results.setdefault(name, {}).update(values),
                             stale=lambda *args: Chain.stale(chain, *args),
                             discard=lambda *args: Chain.discard(chain, *args), save_results=lambda: None)
@@ -280,7 +280,7 @@ def test_an_unrecorded_stage_trained_from_other_inputs_starts_afresh(tmp_path):
         folder.mkdir(exist_ok=True)
         (folder / "card.yaml").write_text("kind: dupmae\n")
 
-    chain = SimpleNamespace(output=tmp_path, results={}, config=ChainConfig(), inputs=INPUTS,
+    chain = SimpleNamespace(output=tmp_path, results={}, config=ChainConfig(), inputs=INPUTS, made=set(),
                             started_path=tmp_path / "started.json",
                             record=lambda name, **values: chain.results.setdefault(name, {}).update(values),
                             stale=lambda *args: Chain.stale(chain, *args))

@@ -15,6 +15,7 @@ from retromae_ir.chain.__main__ import main as chain_main
 from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_qrels
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
+from retromae_ir.io import file_digest, read_key
 from retromae_ir.mine import MINING_VERSION
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
@@ -87,6 +88,10 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert not (output / chain.ABLATION / "4-cross-encoder").exists()
     soft = [json.loads(line) for line in (output / chain.ABLATION / "5-soft-labels.jsonl").read_text().splitlines()]
     assert soft and all(len(row["negative_scores"]) == len(row["negatives"]) for row in soft)
+    # the ids' corpus is recorded down the chain (mine, then rerank score), for fine-tuning to check
+    corpus = file_digest(output / "corpus-40.jsonl")
+    assert json.loads((output / "2-mined-negatives.jsonl.args.json").read_text())["corpus_sha256"] == corpus
+    assert read_key(output / chain.ABLATION / "5-soft-labels.jsonl")["corpus_sha256"] == corpus
     stage1 = [line for line in (output / "chain.log").read_text().splitlines() if "--stage 1 " in line]
     assert stage1 and all("--dense-loss-weight 0.5 --attention-dropout 0.0" in line and "--max-steps 2 " in line
                           for line in stage1)
@@ -115,7 +120,6 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     # nothing trained again (a re-run after a vector-changing fix used to report the old code's stage rows beside
     # new baselines; after a search or scoring fix, the old figures and the OT weight chosen with them)
     # (and the OT weight chosen on a dev split since carved again by another rule, with its dev rows)
-    from retromae_ir.io import file_digest
 
     results = json.loads((output / "results.json").read_text())
     evaluated_on = {"corpus_sha256": file_digest(output / "corpus-40.jsonl"),

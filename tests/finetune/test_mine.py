@@ -57,6 +57,8 @@ def test_a_twin_querys_positives_are_never_its_negatives(tmp_path):
 def test_bad_window():
     with pytest.raises(ValueError, match="min-rank"):
         MiningArguments("bm25", "c", "q", "r", "o", min_rank=5, max_rank=4)
+    with pytest.raises(ValueError, match="--min-relevance must be >= 1, got 0"):  # 0: judged non-relevant
+        MiningArguments("bm25", "c", "q", "r", "o", min_relevance=0)
 
 
 @pytest.mark.parametrize("flags, named", [({"mode": "dense"}, "--mode"), ({"dtype": "fp32"}, "--dtype"),

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from retromae_ir.finetune.data import TrainExample, read_jsonl_examples
+from retromae_ir.io import file_digest
 from retromae_ir.finetune.losses import listwise_loss
 from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
 from retromae_ir.rerank.score import ScoreArguments, score_file
@@ -188,3 +189,28 @@ def test_the_bi_encoder_length_flags_are_refused_for_the_cross_encoder(tmp_path,
     assert refused.value.code == 2
     assert "does not apply to the cross-encoder" in capsys.readouterr().err
     assert not (tmp_path / "ce").exists()
+
+
+def test_ids_taken_from_another_corpus_are_refused_down_the_chain(cross_encoder, tmp_path):
+    """Mined negatives name passages by id: scored or trained on with another --corpus, the ids resolved to
+    unrelated passages wherever that corpus had them (exit 0). mine and rerank score record the corpus's digest;
+    scoring and training check it, and the scored file passes the record on."""
+    from retromae_ir.data.readers import DataFormatError
+    from retromae_ir.finetune.arguments import DataArguments
+    from retromae_ir.finetune.data import load_examples
+
+    corpus, other = tmp_path / "corpus.jsonl", tmp_path / "other.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
+    other.write_text("".join(json.dumps({"_id": k, "text": f"unrelated {k}"}) + "\n" for k in CORPUS))
+    mined = tmp_path / "neg.jsonl"
+    mined.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    (tmp_path / "neg.jsonl.args.json").write_text(json.dumps({"corpus": str(corpus), "corpus_sha256": file_digest(corpus)}))
+    with pytest.raises(DataFormatError, match=rf"neg.jsonl: its passage ids were taken from another corpus \({corpus}\)"):
+        score_file(cross_encoder, ScoreArguments(str(mined), str(tmp_path / "bad.jsonl"), str(other)))
+    assert not (tmp_path / "bad.jsonl").exists()
+    scored = score_file(cross_encoder, ScoreArguments(str(mined), str(tmp_path / "scored.jsonl"), str(corpus)))
+    assert load_examples(DataArguments(train=str(scored), corpus=str(corpus)), need_scores=True)
+    with pytest.raises(DataFormatError, match=r"scored.jsonl: its passage ids were taken from another corpus"):
+        load_examples(DataArguments(train=str(scored), corpus=str(other)))
+    mined.with_name("neg.jsonl.args.json").unlink()  # a hand-made file: nothing to check it against
+    assert load_examples(DataArguments(train=str(mined), corpus=str(other)))

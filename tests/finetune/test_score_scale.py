@@ -131,3 +131,5 @@ def test_flags_whose_term_or_data_is_absent_are_refused():
     with pytest.raises(ValueError, match="--min-relevance goes with --queries/--qrels, not --train"):
         DataArguments(train="x.jsonl", min_relevance=2)
     DataArguments(queries="q", qrels="r", corpus="c", min_relevance=2)
+    with pytest.raises(ValueError, match="--min-relevance must be >= 1, got 0"):  # 0: judged non-relevant
+        DataArguments(queries="q", qrels="r", corpus="c", min_relevance=0)
