@@ -241,7 +241,9 @@ class _PatchingLoader(importlib.abc.Loader):
         elif self.fullname in _ENCODER_REGISTRATIONS:  # our encoders, by name, in Pyserini's CLIs
             from retromae_ir.encode import pyserini_registry
 
-            getattr(pyserini_registry, _ENCODER_REGISTRATIONS[self.fullname])(module)
+            register = getattr(pyserini_registry, _ENCODER_REGISTRATIONS[self.fullname], None)
+            if register is not None:  # None: the registry is being imported (it imports pyserini.encode first)
+                register(module)      # and registers in what is loaded once it is whole (register_loaded)
 
     def get_source(self, fullname):  # lets tracebacks and inspect show the real source
         return self.wrapped.get_source(fullname)

@@ -149,3 +149,16 @@ def test_pyserini_search_cli_and_trec_eval_offline(tiny_index, tmp_path):
     assert "recip_rank" in result.stdout, result.stdout + result.stderr
     value = float(result.stdout.split("recip_rank")[1].split()[1])
     assert value == pytest.approx(0.5)  # q1 at rank 1, q2's judged d2 absent from the top 3 -> (1 + 0) / 2
+
+
+def test_our_registry_imported_before_pyserini_still_registers_our_encoders():
+    """``from retromae_ir.encode import pyserini_registry`` in a fresh interpreter imports pyserini.encode while
+    the registry is half-defined: the hook's registration failed there (AttributeError, a circular import)."""
+    done = run_python("import retromae_ir.encode.pyserini_registry\n"
+                      "import pyserini.encode as encode\n"
+                      "from pyserini.search.lucene import _impact_searcher\n"
+                      "print(list(encode.query_encoder_class_map)[:2], list(encode.document_encoder_class_map)[:2])\n"
+                      "print(_impact_searcher.LuceneImpactSearcher._init_query_encoder_from_str._retromae_ir)\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['retromae_ir-sparse:', 'retromae_ir:'] ['retromae_ir-sparse:', 'retromae_ir:']",
+                                        "True"]

@@ -10,6 +10,7 @@ without edits to Pyserini. Pyserini matches names by substring in dict order, so
 from __future__ import annotations
 
 import functools
+import sys
 
 from pyserini.encode import DocumentEncoder, QueryEncoder
 
@@ -53,9 +54,12 @@ def sparse_dicts(model, matrix) -> list[dict[str, int]]:
     return impact_dicts(matrix, model.vocab, model.card.scale)
 
 
-def refuse_unapplied(prefix=None, fp16=False, **_) -> None:
+def refuse_unapplied(prefix=None, fp16=False, tokenizer_name=None, **_) -> None:
     """Pyserini's options our encoders would not apply: refused rather than swallowed (the card decides the
-    encoding; a run made without the asked-for prefix or precision looked as if it had them)."""
+    encoding; a run made without the asked-for prefix, precision or tokenizer looked as if it had them)."""
+    if tokenizer_name:
+        raise ValueError(f"retromae_ir encoders tokenize with their card's checkpoint: Pyserini's --tokenizer "
+                         f"{tokenizer_name!r} would not be applied; leave it out")
     if prefix:
         raise ValueError(f"retromae_ir encoders encode as their card says: Pyserini's --query-prefix {prefix!r} "
                          "would not be applied; leave it out")
@@ -151,3 +155,18 @@ def register_impact_encoder(impact_module) -> None:
 
     _init_query_encoder_from_str._retromae_ir = True
     cls._init_query_encoder_from_str = staticmethod(_init_query_encoder_from_str)
+
+
+def register_loaded() -> None:
+    """Register in the Pyserini modules already imported and whole: imported first, this module imports
+    ``pyserini.encode`` while it is itself half-defined, so the start-up hook cannot register there and leaves it
+    to this. (A module still executing, such as the impact searcher importing ``pyserini.encode``, gets the hook's
+    registration once it has run.)"""
+    for name, needs, register in (("pyserini.encode", "query_encoder_class_map", register_encoders),
+                                  ("pyserini.search.lucene._impact_searcher", "LuceneImpactSearcher",
+                                   register_impact_encoder)):
+        if hasattr(sys.modules.get(name), needs):
+            register(sys.modules[name])
+
+
+register_loaded()

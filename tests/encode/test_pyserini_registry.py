@@ -108,6 +108,9 @@ def test_pyserini_options_our_encoders_would_not_apply_are_refused(monkeypatch):
         registry.RetroMAEQueryEncoder("retromae_ir:c", device="cpu", prefix="query: ", fp16=False)
     with pytest.raises(ValueError, match="--fp16 would not be applied"):
         registry.RetroMAESparseQueryEncoder("retromae_ir-sparse:c", device="cpu", fp16=True)
+    registry.RetroMAEQueryEncoder("retromae_ir:c", device="cpu", tokenizer_name=None)  # faiss's default
+    with pytest.raises(ValueError, match="--tokenizer 'bert-base-cased' would not be applied"):
+        registry.RetroMAEQueryEncoder("retromae_ir:c", device="cpu", tokenizer_name="bert-base-cased")
     documents = registry.RetroMAEDocumentEncoder("retromae_ir:c", device="cpu")
     assert documents.encode(texts=["a", "b"], fp16=False, max_length=512, add_sep=False) == 2
     with pytest.raises(ValueError, match="--fp16 would not be applied"):
