@@ -140,11 +140,15 @@ def load_chains(path: str | Path = CHAINS_FILE) -> dict[str, ChainSpec]:
     naming the file and the chain."""
     path = Path(path)
     try:
-        entries = (yaml.safe_load(path.read_text()) or {}).get("chains")
+        document = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
         raise ValueError(f"{path}: cannot read the chains: {error}") from error
+    entries = document.get("chains") if isinstance(document, dict) else None
     if not isinstance(entries, dict) or not entries:
         raise ValueError(f"{path}: no 'chains:' mapping")
+    if set(document) != {"chains"}:  # a misplaced or misspelt section would be dropped unread
+        raise ValueError(f"{path}: unknown top-level key(s) {', '.join(sorted(map(str, set(document) - {'chains'})))}"
+                         " (the file holds one 'chains:' mapping)")
     return {name: _spec(path, name, entry) for name, entry in entries.items()}
 
 

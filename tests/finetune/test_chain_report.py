@@ -51,6 +51,9 @@ def test_a_chain_with_an_unknown_setting_is_refused_naming_file_and_chain(tmp_pa
         load_chains(path)
     path.write_text("chains:\n  mine:\n    dataset: nfcorpus\n    settings: {epochs: 2}\n")
     assert load_chains(path)["mine"].config.epochs == 2
+    path.write_text("chains:\n  mine:\n    dataset: nfcorpus\nsettings: {epochs: 2}\n")  # dedented: dropped unread
+    with pytest.raises(ValueError, match=r"chains.yaml: unknown top-level key\(s\) settings"):
+        load_chains(path)
 
 
 def test_results_table_puts_each_mode_in_its_column():
