@@ -98,12 +98,32 @@ def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path, titl
     plt.close(fig)
 
 
+def anchor_verdict(results: dict, baselines: list[dict], metric: str = "ndcg@10") -> str:
+    """One line: the chain's last evaluated stage against each baseline (the anchors its training must beat), per
+    mode, on the test split: a chain whose training made retrieval worse says so in its report."""
+    stages = evaluated_stages(results)
+    if not stages or not baselines:
+        return ""
+    stage, values = list(stages.items())[-1]
+    anchors = [(row["system"].split(" (")[0], next(v for k, v in row.items() if k in MODES)[metric])
+               for row in baselines]
+    parts = []
+    for mode in (m for m in MODES if m in values):
+        score = values[mode][metric]
+        below = [name for name, anchor in anchors if score <= anchor]
+        gaps = ", ".join(f"{score - anchor:+.4f} vs {name}" for name, anchor in anchors)
+        parts.append(f"{mode} {score:.4f} ({gaps}): " + ("above every anchor" if not below else
+                                                        f"NOT above {' and '.join(below)}"))
+    return f"Against the anchors ({metric}, test), {stage}: " + "; ".join(parts) + "."
+
+
 def report(chains: list, output: Path, title: str = "scifact") -> str:
-    """results.md (both tables) and chain.png under ``output``; returns the markdown."""
+    """results.md (both tables, the anchor verdict) and chain.png under ``output``; returns the markdown."""
     measured = [(chain.label, chain.reported_results()) for chain in chains]
     baselines = baseline_rows(measured[0][1])
-    text = (results_table(baselines + stage_rows(measured)) + "\n\nWall seconds per stage:\n\n"
-            + wall_table(measured) + "\n")
+    verdict = anchor_verdict(measured[0][1], baselines)
+    text = (results_table(baselines + stage_rows(measured)) + (f"\n\n{verdict}" if verdict else "")
+            + "\n\nWall seconds per stage:\n\n" + wall_table(measured) + "\n")
     with atomic_write(output / "results.md") as handle:
         handle.write(text)
     plot(measured, baselines, output / "chain.png", title)

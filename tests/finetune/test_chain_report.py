@@ -91,6 +91,9 @@ def test_report_takes_baselines_from_the_main_chain_and_writes_table_and_plot(tm
     assert table[2] == "| BM25 flat (Pyserini) |  | 0.6789 |  |  | 0.9253 |  |"  # MiniLM not evaluated: no row
     assert [line.split(" |")[0] for line in table[3:]] == ["| pre-trained: 1-stage1", "| ablation: 1-stage1"]
     assert "| baseline-bm25 | 20 + eval 20 | - |" in text  # the baselines' wall time is reported too
+    assert ("Against the anchors (ndcg@10, test), 1-stage1: dense 0.5000 (-0.1789 vs BM25 flat): NOT above BM25 "
+            "flat; sparse 0.2500 (-0.4289 vs BM25 flat): NOT above BM25 flat; hybrid 0.6000 (-0.0789 vs BM25 flat): "
+            "NOT above BM25 flat.") in text
     assert (tmp_path / "results.md").read_text() == text
     assert (tmp_path / "chain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -133,3 +136,14 @@ def test_only_what_a_run_made_or_found_current_is_reported():
     assert Chain.reported_results(run) == {"0-pretrain": RESULTS["0-pretrain"], "1-stage1": RESULTS["1-stage1"]}
     run = SimpleNamespace(results=results, made={"1-stage1", "3-distill"}, evaluated={"1-stage1"})
     assert Chain.reported_results(run) == {"1-stage1": RESULTS["1-stage1"], "3-distill": {"wall_s": 50.0}}
+
+
+def test_the_anchor_verdict_names_each_mode_against_each_baseline():
+    baselines = [{"system": "BM25 flat (Pyserini)", "sparse": {"ndcg@10": 0.80}},
+                 {"system": "all-MiniLM-L6-v2 off the shelf (mean pooling)", "dense": {"ndcg@10": 0.79}}]
+    results = {**RESULTS, "2-stage2": {"eval_wall_s": 1.0, "dense": {"ndcg@10": 0.795}, "hybrid": {"ndcg@10": 0.84}}}
+    assert chain.anchor_verdict(results, baselines) == (
+        "Against the anchors (ndcg@10, test), 2-stage2: dense 0.7950 (-0.0050 vs BM25 flat, +0.0050 vs "
+        "all-MiniLM-L6-v2 off the shelf): NOT above BM25 flat; hybrid 0.8400 (+0.0400 vs BM25 flat, +0.0500 vs "
+        "all-MiniLM-L6-v2 off the shelf): above every anchor.")
+    assert chain.anchor_verdict(results, []) == ""
