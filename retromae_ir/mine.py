@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from retromae_ir.cli import command, dataclass_parser
-from retromae_ir.data.readers import load_qrels, load_topics
+from retromae_ir.data.readers import check_min_relevance, load_qrels, load_topics
 from retromae_ir.runs import ranked
 from retromae_ir.io import atomic_write, claim_output, file_digest
 from retromae_ir.logs import setup_logging
@@ -59,8 +59,7 @@ class MiningArguments:
             raise ValueError(f"need 1 <= --min-rank <= --max-rank, got {self.min_rank}..{self.max_rank}")
         if self.negatives < 1:
             raise ValueError(f"--negatives must be >= 1, got {self.negatives}")
-        if self.min_relevance < 1:  # a 0 is a judged non-relevant document: never a positive
-            raise ValueError(f"--min-relevance must be >= 1, got {self.min_relevance}")
+        check_min_relevance(self.min_relevance)
         if self.dtype not in (None, "auto", "bf16", "fp32"):
             raise ValueError(f"--dtype must be auto, bf16 or fp32, got {self.dtype!r}")
         card_only = [flag for flag, given in (("--mode", self.mode is not None), ("--dtype", self.dtype is not None),

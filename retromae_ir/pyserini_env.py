@@ -241,9 +241,9 @@ class _PatchingLoader(importlib.abc.Loader):
         elif self.fullname in _ENCODER_REGISTRATIONS:  # our encoders, by name, in Pyserini's CLIs
             from retromae_ir.encode import pyserini_registry
 
-            register = getattr(pyserini_registry, _ENCODER_REGISTRATIONS[self.fullname], None)
-            if register is not None:  # None: the registry is being imported (it imports pyserini.encode first)
-                register(module)      # and registers in what is loaded once it is whole (register_loaded)
+            # a registry still being imported (it imports pyserini.encode first) registers itself once whole
+            if not getattr(pyserini_registry.__spec__, "_initializing", False):  # (register_loaded)
+                getattr(pyserini_registry, _ENCODER_REGISTRATIONS[self.fullname])(module)
 
     def get_source(self, fullname):  # lets tracebacks and inspect show the real source
         return self.wrapped.get_source(fullname)

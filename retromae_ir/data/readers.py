@@ -245,6 +245,12 @@ def iter_qrels(path: PathLike) -> Iterator[tuple[str, str, int]]:
         yield qid, docid, relevance
 
 
+def check_min_relevance(value: int) -> None:
+    """A positive's least qrels label (``--min-relevance``): at least 1, a 0 being a judged non-relevant document."""
+    if value < 1:
+        raise ValueError(f"--min-relevance must be >= 1, got {value}")
+
+
 def load_qrels(path: PathLike) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
     for qid, docid, relevance in iter_qrels(path):

@@ -121,12 +121,15 @@ class EncoderModel(torch.nn.Module):
         from retromae_ir.encode import MODEL_CLASSES
 
         card = load_card(card)
-        digests = card.checkpoint_digests()  # before loading: the files the weights are read from now
+        # a local folder's files as they are read now (it may be trained again in place later); a hub name's after
+        # the load, which may fetch a newer revision than the cache held (a revision's snapshot never changes)
+        local = Path(card.checkpoint_path()).is_dir()
+        digests = card.checkpoint_digests() if local else None
         try:
             model = MODEL_CLASSES[card.kind].from_checkpoint(card)
         except OSError as error:  # transformers' message names neither the card nor what it tried to load
             raise CardError(f"card {card.name!r}: cannot load checkpoint {card.checkpoint!r}: {error}") from error
-        model.loaded_digests = digests or card.checkpoint_digests()  # {}: a hub name downloaded by the load
+        model.loaded_digests = digests if local else card.checkpoint_digests()
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = model.to(device).eval()
         model.bf16 = bf16 if bf16 is not None else bf16_is_fast(model.device)

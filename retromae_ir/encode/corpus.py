@@ -100,11 +100,22 @@ def refuse_query_folder(output: Path) -> None:
                                  "them; give another --output")
 
 
+def check_weights_current(model) -> None:
+    """Refuse to encode with a model whose checkpoint folder was trained again (or its tokenizer edited) since the
+    model was loaded: its vectors would be the old weights', which the merge refuses to publish as the card's; say
+    so before hours of encoding rather than after."""
+    loaded = getattr(model, "loaded_digests", None)
+    if loaded is not None and loaded != model.card.checkpoint_digests():
+        raise IndexMismatchError(f"{model.card.checkpoint!r} changed since this model was loaded from it (its weight "
+                                 f"or tokenizer files differ): load the card again to encode with the new files")
+
+
 def encode_shard(model, docids: list[str], texts: list[str], output: Path, shard_id: int = 0, shard_num: int = 1,
                  chunk_size: int = 4096, batch_size: int = 64) -> Path:
     """Encode this shard's chunks that are not on disk yet; mark the shard done. Returns the shard folder, which
     is locked meanwhile: shards of one output run side by side, but each shard in one process only."""
     refuse_query_folder(output)
+    check_weights_current(model)
     start, end = shard_range(len(docids), shard_id, shard_num)
     source = sources(model, docids, texts, chunk_size)
     root = work_dir(output, source, shard_num)

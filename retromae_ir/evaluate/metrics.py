@@ -75,6 +75,8 @@ def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS,
         raise ValueError("qrels are empty: nothing to evaluate against")
     measures = [_parse(m) for m in metrics]
     qrels = {str(qid): {str(d): int(rel) for d, rel in judged.items()} for qid, judged in qrels.items()}
+    if len({str(qid) for qid in run}) != len(run):
+        raise ValueError("the run names a query twice (as a string and as a number)")
     run = {str(qid): _checked_hits(qid, hits) for qid, hits in run.items() if str(qid) in qrels and hits}
     per_query = {m.name: dict.fromkeys(qrels, 0.0) for m in measures}
     for cut in {m.cut for m in measures}:

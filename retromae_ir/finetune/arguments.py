@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from retromae_ir.data.readers import check_min_relevance
 from retromae_ir.training.arguments import TrainingArguments
 
 STAGES = ("1", "2", "distill")
@@ -63,8 +64,7 @@ class DataArguments:
             raise ValueError("give either --train FILE or --queries FILE --qrels FILE (with --corpus)")
         if self.train is None and not (self.queries and self.qrels and self.corpus):
             raise ValueError("--qrels training data needs --queries, --qrels and --corpus")
-        if self.min_relevance < 1:  # a 0 is a judged non-relevant document: never a positive
-            raise ValueError(f"--min-relevance must be >= 1, got {self.min_relevance}")
+        check_min_relevance(self.min_relevance)
         if self.train is not None and self.min_relevance != 1:  # a --train file names its positives itself
             raise ValueError("--min-relevance goes with --queries/--qrels, not --train")
 

@@ -55,11 +55,16 @@ def check_ids_corpus(path: str | Path, corpus: str | Path) -> None:
     """Refuse a training file whose passage ids were taken from another corpus than ``corpus`` (as its maker
     recorded: ``mine``'s ``PATH.args.json``, ``rerank score``'s ``PATH.key.json``): the ids would resolve to
     unrelated passages of this one wherever they exist. Files without a record (made by hand) are not checked."""
-    from retromae_ir.io import file_digest, read_key
+    from retromae_ir.io import file_digest, key_path
 
     sidecar = Path(f"{path}.args.json")
-    record = json.loads(sidecar.read_text()) if sidecar.is_file() else read_key(path) or {}
-    recorded = record.get("corpus_sha256")
+    if not sidecar.is_file():
+        sidecar = key_path(path)
+    try:
+        record = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    except ValueError as error:
+        raise DataFormatError(f"{sidecar}: not the JSON record of what {path} was made from ({error})") from None
+    recorded = record.get("corpus_sha256") if isinstance(record, dict) else None
     if recorded and recorded != file_digest(corpus):
         made_from = record.get("corpus") or f"sha256 {recorded[:12]}"
         raise DataFormatError(f"{path}: its passage ids were taken from another corpus ({made_from}) than --corpus "
@@ -195,14 +200,14 @@ def _nonempty(examples: list[TrainExample], path) -> list[TrainExample]:
 def load_examples(data, need_scores: bool = False, in_batch: bool = True) -> list[TrainExample]:
     """The examples ``DataArguments`` point to, checked against the group size (and teacher scores). ``in_batch``:
     the model also learns from in-batch negatives, so positives alone (``--group-size 1``) are a way to train."""
+    if data.train is not None and data.corpus:
+        check_ids_corpus(data.train, data.corpus)  # before reading a corpus of millions of passages
     corpus = load_passages(data.corpus) if data.corpus else None
     if data.train is None:
         examples = read_qrels_examples(data.queries, data.qrels, corpus, data.min_relevance)
     elif ".tsv" in Path(data.train).suffixes:
         examples = read_triples(data.train)
     else:
-        if data.corpus:
-            check_ids_corpus(data.train, data.corpus)
         examples = read_jsonl_examples(data.train, corpus)
     source = data.train or data.qrels
     if data.group_size > 1:

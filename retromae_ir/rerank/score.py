@@ -91,10 +91,9 @@ def score_file(model, args: ScoreArguments) -> Path:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 offset = end
             out.flush()
-    key = read_key(partial)
-    key_path(output).unlink(missing_ok=True)  # never an earlier output's record beside these scores
+    write_key(partial, {**read_key(partial), "corpus": args.corpus})  # what they were made from (check_ids_corpus)
+    key_path(output).unlink(missing_ok=True)  # between the renames OUTPUT has no key: never an earlier one's
     os.replace(partial, output)
-    write_key(output, {**key, "corpus": str(args.corpus)})  # what they were made from (check_ids_corpus)
-    key_path(partial).unlink()
+    os.replace(key_path(partial), key_path(output))
     logger.info("%s: %d queries scored", output, len(examples))
     return output

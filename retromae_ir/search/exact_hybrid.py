@@ -36,12 +36,12 @@ class ExactHybridSearcher:
         """``encoder``: a card name/path/EncoderCard (the model is loaded) or a loaded EncoderModel."""
         import faiss
 
-        card = encoder.card if isinstance(encoder, EncoderModel) else encoder
-        self.index = HybridIndex(index_dir, card)
         self._model = encoder if isinstance(encoder, EncoderModel) else None
-        if self._model is not None:  # the weights it was loaded from, not the folder's files now
-            check_card(self.index.manifest, card, str(index_dir), self._model.checkpoint_digests())
+        if self._model is not None:  # checked against the weights it was loaded from, not the folder's files now
+            self.index = HybridIndex(index_dir, encoder.card, self._model.checkpoint_digests())
             check_precision(self.index.manifest, self._model, index_dir)
+        else:
+            self.index = HybridIndex(index_dir, encoder)
         self.device = device
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")

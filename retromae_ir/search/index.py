@@ -73,7 +73,9 @@ class DocidTable(Sequence):
 class HybridIndex:
     """docids, the faiss index and its stored vectors [N, d'], and (DupMAE) the OT store."""
 
-    def __init__(self, directory: str | os.PathLike, card: EncoderCard | str):
+    def __init__(self, directory: str | os.PathLike, card: EncoderCard | str, digests: dict[str, str] | None = None):
+        """``digests``: the checkpoint files' digests as a loaded model read them (``check_card``); by default the
+        card's files as they are now."""
         import faiss
 
         self.directory = Path(directory)
@@ -83,7 +85,7 @@ class HybridIndex:
         if self.manifest.get("scale") != self.card.scale:
             raise IndexMismatchError(f"{self.directory} was quantised with scale {self.manifest.get('scale')}, "
                                      f"the card {self.card.name!r} says {self.card.scale}")
-        check_card(self.manifest, self.card, str(self.directory))
+        check_card(self.manifest, self.card, str(self.directory), digests)
         dense_dir = self.directory / "dense"
         for name in ("index", "docid"):
             if not (dense_dir / name).is_file():

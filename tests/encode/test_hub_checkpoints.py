@@ -453,3 +453,38 @@ def test_a_fresh_process_finds_the_cache_from_the_environment_alone(hub_cache, t
     np.testing.assert_allclose(out["dense"], direct_dense(snapshot, [QUERY], 64, "cls", False)[0, :4],
                                rtol=1e-4, atol=1e-5)
     assert out["st"] == ["mean", True]
+
+
+def test_a_hub_models_digests_name_the_revision_its_load_read(offline_hub, tmp_path, monkeypatch):
+    """A hub name whose load fetches a newer revision than the cache held: the model's digests (what its index and
+    queries record) are the revision it read, taken after the load, not the one cached before it."""
+    from transformers import AutoModel
+
+    from retromae_ir.encode import MODEL_CLASSES
+
+    old = tmp_path / "old"
+    old.mkdir()
+    for file in offline_hub[HEADLESS].iterdir():
+        (old / file.name).write_bytes(file.read_bytes())
+    snapshot = cache_repo(offline_hub["cache"], "someone/revised", old)
+    card = load_card("retromae", checkpoint="someone/revised")
+    cached_before = card.checkpoint_digests()
+
+    def newer_revision_then_load(card):  # what an online from_pretrained does when main moved on
+        newer = snapshot.parent / "newer"
+        newer.mkdir()
+        model = AutoModel.from_pretrained(old)
+        with torch.no_grad():
+            model.embeddings.word_embeddings.weight.mul_(2.0)
+        model.save_pretrained(newer)
+        for file in old.iterdir():
+            if not (newer / file.name).exists():
+                (newer / file.name).write_bytes(file.read_bytes())
+        (snapshot.parents[1] / "refs" / "main").write_text("newer")
+        return original(card)
+
+    original = MODEL_CLASSES[card.kind].from_checkpoint
+    monkeypatch.setattr(MODEL_CLASSES[card.kind], "from_checkpoint", newer_revision_then_load)
+    model = EncoderModel.from_card(card, device="cpu")
+    assert model.checkpoint_digests()["model.safetensors"] != cached_before["model.safetensors"]
+    assert model.checkpoint_digests() == card.checkpoint_digests()  # the revision now cached, which it read

@@ -97,6 +97,8 @@ def test_numeric_ids_in_a_run_match_the_qrels_string_ids():
 
 
 def test_a_document_named_twice_or_a_nan_score_is_refused():
+    with pytest.raises(ValueError, match="the run names a query twice"):
+        evaluate_run({1: {"7": 2.0}, "1": {"7": 1.0}}, {"1": {"7": 1}}, ("ndcg@10",))
     with pytest.raises(ValueError, match="query 'q': the run names a document twice"):
         evaluate_run({"q": {7: 2.0, "7": 1.0}}, {"q": {"7": 1}}, ("ndcg@10",))
     with pytest.raises(ValueError, match="query 'q': document 'd2' has score nan"):

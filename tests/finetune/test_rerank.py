@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from retromae_ir.finetune.data import TrainExample, read_jsonl_examples
-from retromae_ir.io import file_digest
 from retromae_ir.finetune.losses import listwise_loss
+from retromae_ir.io import file_digest
 from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
 from retromae_ir.rerank.score import ScoreArguments, score_file
 

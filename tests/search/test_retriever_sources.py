@@ -286,8 +286,8 @@ def test_a_model_given_in_another_precision_than_the_index_is_refused(tmp_path, 
 
 def test_weights_trained_again_while_loaded_are_not_recorded_as_the_encoders(tmp_path, tiny_bert_dir):
     """A checkpoint folder trained again while a suite holds the old model in memory: the old weights' vectors are
-    recorded with the old weights' digests (taken at load), so they are not published as the folder's index (the
-    merge refuses them) and pre-encoded queries name the weights that made them."""
+    recorded with the old weights' digests (taken at load), so they are not encoded as the folder's index (refused
+    before encoding) and pre-encoded queries name the weights that made them."""
     from transformers import BertForMaskedLM
 
     from retromae_ir.encode.manifest import IndexMismatchError
@@ -308,9 +308,32 @@ def test_weights_trained_again_while_loaded_are_not_recorded_as_the_encoders(tmp
     retrained.save_pretrained(checkpoint)
     assert checkpoint_file_digests(checkpoint)["model.safetensors"] != loaded["model.safetensors"]
 
-    with pytest.raises(IndexMismatchError, match="not encoded with card 'tiny' and its current weights"):
+    with pytest.raises(IndexMismatchError, match="changed since this model was loaded from it"):
         retriever.build_index(CORPUS, "handful")
     assert not (tmp_path / "indexes" / "tiny" / "handful" / "manifest.json").exists()
     assert retriever.run_key(CORPUS)["model.safetensors_sha256"] == loaded["model.safetensors"]
     queries = json.loads(encode_queries(model, {"q1": "cells"}, tmp_path / "queries").read_text())
     assert queries["weights"]["model.safetensors"] == loaded["model.safetensors"]
+
+
+def test_an_index_is_searched_with_the_model_held_when_both_are_the_old_weights(tmp_path, tiny_bert_dir):
+    """Index and held model made from the same (old) files, the folder trained again since: the held model's
+    queries match the index (searched); the card, which now means the new files, is refused."""
+    from transformers import BertForMaskedLM
+
+    from retromae_ir.encode.manifest import IndexMismatchError
+    from retromae_ir.search.exact_hybrid import ExactHybridSearcher
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_bert_dir, checkpoint)
+    card = tmp_path / "tiny.yaml"
+    card.write_text(f"checkpoint: {checkpoint}\nkind: cls-dense\ndims: 32\n")
+    retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, lucene=False)
+    index_dir = retriever.build_index(CORPUS, "handful")
+    retrained = BertForMaskedLM.from_pretrained(checkpoint)
+    with torch.no_grad():
+        retrained.bert.embeddings.word_embeddings.weight.mul_(2.0)
+    retrained.save_pretrained(checkpoint)
+    assert ExactHybridSearcher(index_dir, retriever.model, mode="dense").search("cells", k=3)
+    with pytest.raises(IndexMismatchError, match="encoded with other weights .*model.safetensors differ"):
+        ExactHybridSearcher(index_dir, str(card), mode="dense")
