@@ -13,6 +13,7 @@ Formats (bad input raises ``DataFormatError`` naming file and line, before any t
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -38,6 +39,7 @@ class TrainExample:
     positive_scores: list[float] | None = None
     negative_scores: list[float] | None = None
     qid: str = ""
+    twin_positives: tuple[str, ...] = ()  # positives of other queries of the same text (``with_twin_positives``)
 
     @property
     def scored(self) -> bool:
@@ -197,6 +199,19 @@ def _nonempty(examples: list[TrainExample], path) -> list[TrainExample]:
     return examples
 
 
+def with_twin_positives(examples: list[TrainExample]) -> list[TrainExample]:
+    """Each example with the positives of the other queries of its text (case and spacing aside: scifact's train
+    split has such twins, judged differently), which false-negative masking leaves out of its in-batch pool too
+    (mining already keeps them out of its negatives)."""
+    from retromae_ir.data.splits import normalized_query
+
+    judged: dict[str, list[str]] = {}
+    for example in examples:
+        judged.setdefault(normalized_query(example.query), []).extend(example.positives)
+    return [dataclasses.replace(example, twin_positives=tuple(dict.fromkeys(
+        p for p in judged[normalized_query(example.query)] if p not in example.positives))) for example in examples]
+
+
 def load_examples(data, need_scores: bool = False, in_batch: bool = True) -> list[TrainExample]:
     """The examples ``DataArguments`` point to, checked against the group size (and teacher scores). ``in_batch``:
     the model also learns from in-batch negatives, so positives alone (``--group-size 1``) are a way to train."""
@@ -209,6 +224,7 @@ def load_examples(data, need_scores: bool = False, in_batch: bool = True) -> lis
         examples = read_triples(data.train)
     else:
         examples = read_jsonl_examples(data.train, corpus)
+    examples = with_twin_positives(examples)
     source = data.train or data.qrels
     if data.group_size > 1:
         bare = sum(not e.negatives for e in examples)
@@ -304,7 +320,8 @@ class GroupCollator:
             batch["teacher"] = torch.tensor([g.scores for g in groups], dtype=torch.float32)
         if self.keys:
             batch["passage_keys"] = torch.tensor([text_key(p) for g in groups for p in g.passages])
-            width = max(len(e.positives) for e in examples)
-            batch["positive_keys"] = torch.tensor([[text_key(p) for p in e.positives]
-                                                   + [-1] * (width - len(e.positives)) for e in examples])
+            masked = [e.positives + list(e.twin_positives) for e in examples]  # a twin's positive is one too
+            width = max(len(texts) for texts in masked)
+            batch["positive_keys"] = torch.tensor([[text_key(p) for p in texts] + [-1] * (width - len(texts))
+                                                   for texts in masked])
         return batch

@@ -149,6 +149,26 @@ def test_collator_layout(minilm_path):
     assert batch["teacher"][:, 0].tolist() == [2.0, 5.0]
 
 
+def test_a_twin_querys_positives_are_masked_like_its_own(minilm_path, tmp_path):
+    """Two queries of one text judged differently (scifact's train split has such twins): each one's positive is a
+    positive of the other for false-negative masking, not an in-batch negative (mining already treats it so)."""
+    from transformers import AutoTokenizer
+
+    from retromae_ir.finetune.data import text_key
+
+    train = write_lines(tmp_path / "train.jsonl", [
+        json.dumps({"query": "Stem cells", "positives": ["d1"], "negatives": ["d3"]}),
+        json.dumps({"query": "stem  CELLS", "positives": ["d2"], "negatives": ["d3"]}),
+        json.dumps({"query": "another", "positives": ["d3"], "negatives": ["d1"]})])
+    corpus = write_lines(tmp_path / "corpus.jsonl", [json.dumps({"_id": k, "text": v}) for k, v in CORPUS.items()])
+    examples = load_examples(DataArguments(train=str(train), corpus=str(corpus)))
+    assert [e.twin_positives for e in examples] == [("beta text",), ("alpha text",), ()]
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    batch = GroupCollator(tokenizer, 2, 8, 16, keys=True)(examples, torch.Generator().manual_seed(0))
+    alpha, beta, gamma = (text_key(CORPUS[d]) for d in ("d1", "d2", "d3"))
+    assert batch["positive_keys"].tolist() == [[alpha, beta], [beta, alpha], [gamma, -1]]
+
+
 def test_load_examples_reads_gzipped_triples(tmp_path):
     import gzip
 
