@@ -343,6 +343,9 @@ class Trainer:
         resume_from = self._prepare_output()
         if resume_from is not None:
             self.restore(resume_from)
+        if resume_from == self.output and self.step >= self.schedule.max_steps:  # its checkpoints/ were deleted
+            log.info("%s is trained to step %d already: nothing to do", self.output, self.step)  # (not remade)
+            return self.output
         log.info("training %s: %d segments, %d optimizer steps (%.2f epochs), %d process(es), device %s, bf16 %s",
                  self.model.name, self.schedule.examples, self.schedule.max_steps,
                  self.schedule.epoch(self.schedule.max_steps), self.world_size, self.device, self.args.bf16)

@@ -87,6 +87,10 @@ def test_resume_after_the_checkpoints_were_deleted_continues_the_published_outpu
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert read_rows(tmp_path / "a/loss.csv") == read_rows(tmp_path / "b/loss.csv")
     assert [int(row["step"]) for row in read_rows(tmp_path / "b/loss.csv")] == [1, 2, 3, 4, 5]
+    shutil.rmtree(tmp_path / "b/checkpoints")
+    weights = (tmp_path / "b/model.safetensors").read_bytes()
+    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "b", **longer)).train()  # finished: nothing to do
+    assert not (tmp_path / "b/checkpoints").exists() and (tmp_path / "b/model.safetensors").read_bytes() == weights
 
 
 def test_cli_writes_a_loadable_checkpoint_and_curves(tiny_bert_dir, corpus, tmp_path):
