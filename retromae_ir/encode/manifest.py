@@ -109,9 +109,10 @@ def check_card(manifest: dict, card: EncoderCard, where: str, digests: dict[str,
     if manifest["fingerprint"] == card.fingerprint():
         check_encoding(manifest, where)
         recorded = manifest.get("weights") or {}
-        current = {} if not recorded else card.checkpoint_digests() if digests is None else digests
-        if recorded and current and recorded != current:  # {}: unknown (a hub name not in the cache here)
-            changed = sorted(name for name in set(recorded) | set(current) if recorded.get(name) != current.get(name))
+        if digests is None:  # a hub name is looked up only when there is a record to compare with
+            digests = card.checkpoint_digests() if recorded else {}
+        if recorded and digests and recorded != digests:  # {}: unknown (a hub name not in the cache here)
+            changed = sorted(name for name in set(recorded) | set(digests) if recorded.get(name) != digests.get(name))
             raise IndexMismatchError(f"{where} was encoded with other weights or tokenizer files of "
                                      f"{card.checkpoint!r} ({', '.join(changed)} differ): encode the corpus again")
         return
