@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             checked = nq.build_index(model, args.corpus, index_dir, None, args.shard_count, args.chunk_size,
                                      args.batch_size, args.threads)
+            for table in (output / "nq-results.md", output / "nq-results.csv"):  # until every mode is scored, no
+                table.unlink(missing_ok=True)  # earlier table beside the mode files this run replaces
             results = nq.evaluate_modes(model, index_dir, args.corpus, questions, modes, output, args.top_k,
                                         args.hits, args.batch_size, args.threads, checked)
             frame = nq.results_frame(results, card.name)

@@ -182,7 +182,7 @@ def card_file(tmp_path: Path, checkpoint: Path, kind: str) -> Path:
     return path
 
 
-def test_driver_end_to_end_dense_sparse_hybrid(data, tmp_path, tiny_bert_dir):
+def test_driver_end_to_end_dense_sparse_hybrid(data, tmp_path, tiny_bert_dir, monkeypatch):
     """``eval/nq.py`` as a user runs it, with a DupMAE card: three TREC runs, three DPR JSON files and the table,
     whose accuracies are those of the written runs under ``TRUTH``; dense top-20/top-100 are exactly 7/9."""
     corpus, qas = data
@@ -220,6 +220,15 @@ def test_driver_end_to_end_dense_sparse_hybrid(data, tmp_path, tiny_bert_dir):
                      "--batch-size", "4", "--device", "cpu", "--dtype", "fp32", "--modes", "dense"]) == 0
     assert sorted(path.name for path in out.glob("*.trec")) == ["dense.trec"]
     assert not list(out.glob("*.dpr.json"))[1:] and (out / "dense.dpr.json").is_file()
+
+    # a run that fails after rewriting a mode's files leaves no earlier table beside them
+    assert (out / "nq-results.csv").is_file()
+    monkeypatch.setattr(nq, "top_k_accuracy", lambda *args: (_ for _ in ()).throw(RuntimeError("scoring failed")))
+    with pytest.raises(RuntimeError, match="scoring failed"):
+        run_main(["--encoder", str(card_file(tmp_path, tiny_bert_dir, "dupmae")), "--corpus", str(corpus), "--qas",
+                  str(qas), "--output", str(out), "--index-dir", str(index), "--threads", "1", "--batch-size", "4",
+                  "--device", "cpu", "--dtype", "fp32", "--modes", "dense"])
+    assert (out / "dense.trec").is_file() and not list(out.glob("nq-results.*"))
 
 
 def error_lines(stderr: str) -> list[str]:
