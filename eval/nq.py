@@ -108,12 +108,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             checked = nq.build_index(model, args.corpus, index_dir, None, args.shard_count, args.chunk_size,
                                      args.batch_size, args.threads)
-            for table in (output / "nq-results.md", output / "nq-results.csv"):  # until every mode is scored, no
-                table.unlink(missing_ok=True)  # earlier table beside the mode files this run replaces
             results = nq.evaluate_modes(model, index_dir, args.corpus, questions, modes, output, args.top_k,
                                         args.hits, args.batch_size, args.threads, checked)
             frame = nq.results_frame(results, card.name)
-            write_table(frame, output / "nq-results", f"NQ test, top-k retrieval accuracy: {card.name}",
+            write_table(frame, output / nq.RESULTS_STEM, f"NQ test, top-k retrieval accuracy: {card.name}",
                         [f"{len(questions)} questions from {args.qas}; passages from {args.corpus}",
                          "scored by pyserini.eval.evaluate_dpr_retrieval (an answer in a passage's text, "
                          "SimpleTokenizer: DPR's rule)"])
@@ -125,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger().removeHandler(log)
             log.close()
     print(format_markdown(frame))
-    print(f"runs: {output}/<mode>.trec; DPR JSON: {output}/<mode>.dpr.json; table: {output / 'nq-results.md'}")
+    print(f"runs: {output}/<mode>.trec; DPR JSON: {output}/<mode>.dpr.json; table: {output / nq.RESULTS_STEM}.md")
     return 0
 
 if __name__ == "__main__":

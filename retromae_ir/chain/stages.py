@@ -25,6 +25,7 @@ from retromae_ir.data.beir import dataset_digest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
+from retromae_ir.finetune.data import MASKING_VERSION
 from retromae_ir.mine import MINING_VERSION
 from retromae_ir.packaged import default_model
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
@@ -342,7 +343,8 @@ class Chain:
             "--lr", str(c.stage_lr(stage)), *calibrate, *terms, *dropout,
             *grad_cache_flags(c, group),
             *self.flags(out, c.steps, c.stage_epochs(stage)),
-            log_file=self.log_file), inputs=(card, self.corpus, *files), code=TRAINING_CODE)
+            log_file=self.log_file), inputs=(card, self.corpus, *files),
+            code={**TRAINING_CODE, **({"masking": MASKING_VERSION} if "--mask-false-negatives" in dropout else {})})
         return out / "card.yaml"
 
     def cross_encoder(self, negatives: Path) -> Path:

@@ -221,6 +221,7 @@ def top_k_accuracy(retrieval_file: str | os.PathLike, ks: Iterable[int] = TOP_K)
 # --- encoding and search -----------------------------------------------------------------------------------------
 
 SEARCH_MODES = {"dense", "sparse", "hybrid"}
+RESULTS_STEM = "nq-results"  # the driver's table (eval/nq.py), written once every mode is scored
 
 
 def index_is_current(index_dir: Path, model, docids: list[str], texts: list[str]) -> bool:
@@ -318,6 +319,8 @@ def evaluate_modes(model, index_dir: Path, corpus: Path, questions: list[Questio
     for stale in SEARCH_MODES - set(runs):  # an earlier run's other modes (other weights, perhaps) would sit beside
         for suffix in (".trec", ".dpr.json"):  # this run's files as if they were its results
             (out_dir / f"{stale}{suffix}").unlink(missing_ok=True)
+    for suffix in (".md", ".csv"):  # nor an earlier table beside the files about to be replaced, should this run fail
+        (out_dir / f"{RESULTS_STEM}{suffix}").unlink(missing_ok=True)
     retrieved = {docid for run in runs.values() for hits_of in run.values() for docid in hits_of}
     matcher = AnswerMatcher({q.qid: q for q in questions}, passage_texts(corpus, retrieved))
     results = []

@@ -27,6 +27,9 @@ from retromae_ir.data.readers import (DataFormatError, iter_beir_corpus, iter_li
                                       load_qrels, load_topics)
 
 logger = logging.getLogger(__name__)
+# what --mask-false-negatives leaves out of a query's pool, bumped when that rule changes (a run or chain stage made
+# under another rule is not resumed or reused): 2, the positives of same-text twin queries too (2026-11-27)
+MASKING_VERSION = 2
 
 
 @dataclass
@@ -293,8 +296,8 @@ def text_key(text: str) -> int:
 
 class GroupCollator:
     """Examples -> padded query / passage batches (``size`` queries, ``size * G`` passages, query-major); with
-    ``keys``, each passage's ``text_key`` [size * G] and each query's positives' keys [size, P] (-1 padded), so the
-    loss can leave a query's own positives out of its pool."""
+    ``keys``, each passage's ``text_key`` [size * G] and each query's positives' keys [size, P] (its own and its
+    same-text twins', -1 padded), so the loss can leave them out of its pool."""
 
     def __init__(self, tokenizer, group_size: int, max_query_length: int, max_passage_length: int,
                  teacher: bool = False, keys: bool = False):

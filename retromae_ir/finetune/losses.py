@@ -45,7 +45,7 @@ def contrastive_loss(scores: torch.Tensor, group_size: int, temperature: float =
 
 def false_negatives(passage_keys: torch.Tensor, positive_keys: torch.Tensor, group_size: int,
                     first_query: int = 0) -> torch.Tensor:
-    """[Q, N] True where pool passage j (``passage_keys`` [N], every process's) is one of query i's own positives
+    """[Q, N] True where pool passage j (``passage_keys`` [N], every process's) is one of query i's positives
     (``positive_keys`` [Q, P], -1 padded; queries ``first_query ..`` of the pool), except its target column."""
     same = (passage_keys[None, :, None] == positive_keys[:, None, :]).any(-1)
     targets = (torch.arange(positive_keys.shape[0], device=same.device) + first_query) * group_size

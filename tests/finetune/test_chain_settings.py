@@ -413,6 +413,7 @@ def test_trained_and_mined_stages_are_keyed_on_the_code_versions_their_outputs_d
 
     from retromae_ir.chain.stages import Chain
     from retromae_ir.encode.representation import ENCODING_VERSION
+    from retromae_ir.finetune.data import MASKING_VERSION
     from retromae_ir.mine import MINING_VERSION
     from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
@@ -425,6 +426,9 @@ def test_trained_and_mined_stages_are_keyed_on_the_code_versions_their_outputs_d
     Chain.finetune(chain, "2-stage2", "2", tmp_path / "1-stage1.yaml", tmp_path / "negatives.jsonl", 4)
     Chain.mine(chain, "2-mined-negatives", str(tmp_path / "1-stage1.yaml"), "index")
     Chain.mine(chain, "1-bm25-negatives", "bm25")
+    chain.config = ChainConfig(mask_false_negatives=True)  # the masking rule keys a stage that masks
+    Chain.finetune(chain, "1-stage1", "1", tmp_path / "0-start.yaml", chain.train, 1)
+    assert codes.pop("1-stage1") == {"encoding": ENCODING_VERSION, "masking": MASKING_VERSION}
     assert codes == {"2-stage2": {"encoding": ENCODING_VERSION},
                      "2-mined-negatives": {"mining": MINING_VERSION, "encoding": ENCODING_VERSION,
                                            "search": SEARCH_VERSION},
