@@ -1,5 +1,6 @@
-"""``python -m retromae_ir.encode {corpus,merge,queries}``: encode a corpus into faiss + Lucene impact indexes,
-join shards, or pre-encode topics for Pyserini's searchers. ``--encoder`` takes a card name or path."""
+"""``python -m retromae_ir.encode {corpus,merge,queries,verify}``: encode a corpus into faiss + Lucene impact
+indexes, join shards, pre-encode topics for Pyserini's searchers, or check an index's files against its manifest.
+``--encoder`` takes a card name or path."""
 from __future__ import annotations
 
 import argparse
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     queries = sub.add_parser("queries", help="pre-encode topics (Pyserini's embedding.pkl and sparse.jsonl)")
     _common(queries)
     queries.add_argument("--topics", required=True, type=Path, help="topics file (TSV, .gz, JSONL or TREC)")
+    verify = sub.add_parser("verify", help="hash an index's files against the checksums its manifest recorded")
+    verify.add_argument("--index", required=True, type=Path, help="an output of corpus or merge")
     return parser
 
 
@@ -180,6 +183,11 @@ def main(argv=None) -> int:
     if args.command == "corpus":
         args.shard_id, args.shard_num = _shard(args)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    if args.command == "verify":  # reads only: no lock, no log file in the index
+        from retromae_ir.encode.manifest import verify_files
+
+        print(f"{args.index}: {verify_files(args.index)} files match its manifest")
+        return 0
     with _writing(args):
         {"corpus": run_corpus, "merge": run_merge, "queries": run_queries}[args.command](args)
     print(f"wrote {args.output}")

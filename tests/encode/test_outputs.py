@@ -331,3 +331,22 @@ def test_pre_encoded_queries_of_another_card_or_other_weights_are_refused_agains
     assert main([*queries, str(tmp_path / "retrained"), "--encoder", str(card)]) == 0
     with pytest.raises(IndexMismatchError, match="other weights"):
         check_queries(tmp_path / "retrained", tmp_path / "index")
+
+
+def test_verify_compares_an_index_with_the_checksums_its_manifest_recorded(dense_card, tmp_path, capsys):
+    """The manifest's checksums were written and never read: a file rewritten with the same count (another tool's
+    vectors, say) went unnoticed. `encode verify` hashes the files and names each that differs."""
+    corpus = write_corpus(tmp_path / "corpus.jsonl", IDS, TEXTS)
+    index = tmp_path / "index"
+    assert main(encode_args(dense_card, corpus, index)) == 0
+    capsys.readouterr()
+    assert main(["verify", "--index", str(index)]) == 0
+    assert capsys.readouterr().out.strip() == f"{index}: 2 files match its manifest"
+    docids = (index / "dense" / "docid").read_text()
+    (index / "dense" / "docid").write_text(docids.replace("d0", "x0"))
+    (index / "dense" / "extra").write_text("")
+    assert status(["verify", "--index", str(index)]) == 2
+    assert ("2 file(s) differ from manifest.json: dense/extra not in the manifest; dense/docid changed"
+            in capsys.readouterr().err)
+    assert status(["verify", "--index", str(tmp_path)]) == 2  # no manifest at all
+    assert "has no manifest.json" in capsys.readouterr().err
