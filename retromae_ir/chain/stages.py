@@ -24,8 +24,8 @@ from retromae_ir.chain.settings import STAGES, check_settings, pipeline_stage, s
 from retromae_ir.data.beir import dataset_digest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
-from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
 from retromae_ir.finetune.data import MASKING_VERSION
+from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
 from retromae_ir.mine import MINING_VERSION
 from retromae_ir.packaged import default_model
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION

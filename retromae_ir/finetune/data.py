@@ -202,17 +202,29 @@ def _nonempty(examples: list[TrainExample], path) -> list[TrainExample]:
     return examples
 
 
-def with_twin_positives(examples: list[TrainExample]) -> list[TrainExample]:
+def with_twin_positives(examples: list[TrainExample], source=None) -> list[TrainExample]:
     """Each example with the positives of the other queries of its text (case and spacing aside: scifact's train
-    split has such twins, judged differently), which false-negative masking leaves out of its in-batch pool too
-    (mining already keeps them out of its negatives)."""
+    split has such twins, judged differently), which false-negative masking leaves out of its in-batch pool too,
+    and without a listed negative that is one of them (with its teacher score; mining never lists one, a hand-made
+    file may)."""
     from retromae_ir.data.splits import normalized_query
 
     judged: dict[str, list[str]] = {}
     for example in examples:
         judged.setdefault(normalized_query(example.query), []).extend(example.positives)
-    return [dataclasses.replace(example, twin_positives=tuple(dict.fromkeys(
-        p for p in judged[normalized_query(example.query)] if p not in example.positives))) for example in examples]
+    twinned, dropped = [], 0
+    for example in examples:
+        twins = tuple(dict.fromkeys(p for p in judged[normalized_query(example.query)] if p not in example.positives))
+        keep = _not_positives(example.negatives, list(twins))
+        dropped += len(example.negatives) - len(keep)
+        scores = example.negative_scores
+        twinned.append(dataclasses.replace(example, twin_positives=twins,
+                                           negatives=[example.negatives[i] for i in keep],
+                                           negative_scores=None if scores is None else [scores[i] for i in keep]))
+    if dropped:
+        logger.warning("%s: dropped %d negative(s) whose text is a positive of a query of the same text", source,
+                       dropped)
+    return twinned
 
 
 def load_examples(data, need_scores: bool = False, in_batch: bool = True) -> list[TrainExample]:
@@ -227,8 +239,8 @@ def load_examples(data, need_scores: bool = False, in_batch: bool = True) -> lis
         examples = read_triples(data.train)
     else:
         examples = read_jsonl_examples(data.train, corpus)
-    examples = with_twin_positives(examples)
     source = data.train or data.qrels
+    examples = with_twin_positives(examples, source)
     if data.group_size > 1:
         bare = sum(not e.negatives for e in examples)
         if bare:

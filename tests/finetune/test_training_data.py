@@ -169,6 +169,21 @@ def test_a_twin_querys_positives_are_masked_like_its_own(minilm_path, tmp_path):
     assert batch["positive_keys"].tolist() == [[alpha, beta], [beta, alpha], [gamma, -1]]
 
 
+def test_a_listed_negative_that_is_a_twins_positive_is_dropped_with_its_score(tmp_path, caplog):
+    """A hand-made file listing a twin's positive as a hard negative: dropped, as a query's own positive is (masking
+    would leave it out of the contrastive pool but distillation would still push the query away from it)."""
+    train = write_lines(tmp_path / "train.jsonl", [
+        json.dumps({"query": "Stem cells", "positives": ["d1"], "negatives": ["d2", "d3"],
+                    "positive_scores": [3.0], "negative_scores": [2.0, 1.0]}),
+        json.dumps({"query": "stem cells", "positives": ["d2"], "negatives": ["d3"],
+                    "positive_scores": [3.0], "negative_scores": [0.5]})])
+    corpus = write_lines(tmp_path / "corpus.jsonl", [json.dumps({"_id": k, "text": v}) for k, v in CORPUS.items()])
+    first, second = load_examples(DataArguments(train=str(train), corpus=str(corpus)), need_scores=True)
+    assert (first.negatives, first.negative_scores) == (["gamma text"], [1.0])
+    assert (second.negatives, second.negative_scores) == (["gamma text"], [0.5])
+    assert "dropped 1 negative(s) whose text is a positive of a query of the same text" in caplog.text
+
+
 def test_load_examples_reads_gzipped_triples(tmp_path):
     import gzip
 
