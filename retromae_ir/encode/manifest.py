@@ -23,27 +23,24 @@ class IndexMismatchError(ValueError):
 
 def checksums(root: Path, parts: list[str]) -> dict[str, str]:
     """sha256 of every file under ``root/part`` for each part, keyed by path relative to ``root``."""
+    from tqdm import tqdm
+
     files = sorted(p for part in parts for p in (root / part).rglob("*") if p.is_file())
-    return {str(p.relative_to(root)): file_digest(p) for p in files}
+    return {str(p.relative_to(root)): file_digest(p) for p in tqdm(files, desc=f"checksums {root.name}", unit="file")}
 
 
 def verify_files(directory: str | os.PathLike) -> int:
     """Hash every file of the index ``directory`` and compare with the checksums its manifest recorded at the merge
     (search checks only counts, card, weights and precision: a file rewritten by another tool, or damaged, with the
     same count goes unnoticed); returns how many files match, or raises naming the missing, changed and extra ones."""
-    from tqdm import tqdm
-
     root = Path(directory)
     recorded = read_manifest(root).get("files")
     if not recorded:
         raise IndexMismatchError(f"{root / MANIFEST} records no file checksums (not an index written by merge)")
-    parts = sorted({name.split("/", 1)[0] for name in recorded})
-    present = sorted(str(p.relative_to(root)) for part in parts for p in (root / part).rglob("*") if p.is_file())
+    present = checksums(root, sorted({name.split("/", 1)[0] for name in recorded}))
     problems = [f"{name} missing" for name in recorded if name not in present]
     problems += [f"{name} not in the manifest" for name in present if name not in recorded]
-    for name in tqdm([name for name in present if name in recorded], desc=f"verifying {root.name}", unit="file"):
-        if file_digest(root / name) != recorded[name]:
-            problems.append(f"{name} changed")
+    problems += [f"{name} changed" for name, digest in present.items() if recorded.get(name, digest) != digest]
     if problems:
         raise IndexMismatchError(f"{root}: {len(problems)} file(s) differ from {MANIFEST}: {'; '.join(problems[:5])}"
                                  + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))

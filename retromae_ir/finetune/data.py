@@ -125,14 +125,15 @@ def read_jsonl_examples(path: str | Path, corpus: dict[str, str] | None = None,
             lists[key] = [_passage(item, corpus, f"{where}: {key}") for item in value]
         if not lists["positives"]:
             raise DataFormatError(f"{where}: 'positives' is empty")
-        negative_scores = _scores(record, "negative_scores", len(lists["negatives"]), where)
-        keep = (_not_positives(lists["negatives"], lists["positives"]) if drop_positive_negatives
-                else range(len(lists["negatives"])))
-        dropped += len(lists["negatives"]) - len(keep)
+        negatives = lists["negatives"]
+        negative_scores = _scores(record, "negative_scores", len(negatives), where)
+        if drop_positive_negatives:
+            negatives, negative_scores, count = _without(negatives, negative_scores, lists["positives"])
+            dropped += count
         examples.append(TrainExample(
-            record["query"], lists["positives"], [lists["negatives"][i] for i in keep],
-            _scores(record, "positive_scores", len(lists["positives"]), where),
-            None if negative_scores is None else [negative_scores[i] for i in keep], str(record.get("qid", ""))))
+            record["query"], lists["positives"], negatives,
+            _scores(record, "positive_scores", len(lists["positives"]), where), negative_scores,
+            str(record.get("qid", ""))))
     _log_dropped(dropped, path)
     return _nonempty(examples, path)
 
@@ -176,17 +177,20 @@ def read_triples(path: str | Path) -> list[TrainExample]:
             example.negatives.append(negative)
     dropped = 0
     for example in by_query.values():
-        keep = _not_positives(example.negatives, example.positives)
-        dropped += len(example.negatives) - len(keep)
-        example.negatives[:] = [example.negatives[i] for i in keep]
+        example.negatives[:], _, count = _without(example.negatives, None, example.positives)
+        dropped += count
     _log_dropped(dropped, path)
     return _nonempty(list(by_query.values()), path)
 
 
-def _not_positives(negatives: list[str], positives: list[str]) -> list[int]:
-    """Indices of the ``negatives`` whose text is none of ``positives``."""
+def _without(negatives: list[str], scores: list[float] | None,
+             positives) -> tuple[list[str], list[float] | None, int]:
+    """The ``negatives`` whose text is none of ``positives``, their teacher ``scores`` (None: none), and how many
+    were dropped."""
     texts = set(positives)
-    return [i for i, text in enumerate(negatives) if text not in texts]
+    keep = [i for i, text in enumerate(negatives) if text not in texts]
+    return ([negatives[i] for i in keep], None if scores is None else [scores[i] for i in keep],
+            len(negatives) - len(keep))
 
 
 def _log_dropped(dropped: int, path) -> None:
@@ -215,12 +219,10 @@ def with_twin_positives(examples: list[TrainExample], source=None) -> list[Train
     twinned, dropped = [], 0
     for example in examples:
         twins = tuple(dict.fromkeys(p for p in judged[normalized_query(example.query)] if p not in example.positives))
-        keep = _not_positives(example.negatives, list(twins))
-        dropped += len(example.negatives) - len(keep)
-        scores = example.negative_scores
-        twinned.append(dataclasses.replace(example, twin_positives=twins,
-                                           negatives=[example.negatives[i] for i in keep],
-                                           negative_scores=None if scores is None else [scores[i] for i in keep]))
+        negatives, scores, count = _without(example.negatives, example.negative_scores, twins)
+        dropped += count
+        twinned.append(dataclasses.replace(example, twin_positives=twins, negatives=negatives,
+                                           negative_scores=scores))
     if dropped:
         logger.warning("%s: dropped %d negative(s) whose text is a positive of a query of the same text", source,
                        dropped)

@@ -176,8 +176,8 @@ class BiEncoder(torch.nn.Module):
     @staticmethod
     def pool_mask(batch: dict, group: int) -> torch.Tensor:
         """[Q, Q*G] over every process's batch: True where a pool passage is one of the query's positives (its own
-        or a same-text twin's; not its target): this process's rows, from its queries' positive keys against every passage's key, then
-        gathered (each process's positives list may be of another length)."""
+        or a same-text twin's; not its target): this process's rows, from its queries' positive keys against every
+        passage's key, then gathered (each process's positives list may be of another length)."""
         passage_keys = gather_with_grad(batch["passage_keys"])[0]
         positive_keys = batch["positive_keys"]
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

@@ -204,8 +204,10 @@ def test_ids_taken_from_another_corpus_are_refused_down_the_chain(cross_encoder,
     other.write_text("".join(json.dumps({"_id": k, "text": f"unrelated {k}"}) + "\n" for k in CORPUS))
     mined = tmp_path / "neg.jsonl"
     mined.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    (tmp_path / "neg.jsonl.args.json").write_text(json.dumps({"corpus": str(corpus), "corpus_sha256": file_digest(corpus)}))
-    with pytest.raises(DataFormatError, match=rf"neg.jsonl: its passage ids were taken from another corpus \({corpus}\)"):
+    record = {"corpus": str(corpus), "corpus_sha256": file_digest(corpus)}
+    (tmp_path / "neg.jsonl.args.json").write_text(json.dumps(record))
+    taken = rf"neg.jsonl: its passage ids were taken from another corpus \({corpus}\)"
+    with pytest.raises(DataFormatError, match=taken):
         score_file(cross_encoder, ScoreArguments(str(mined), str(tmp_path / "bad.jsonl"), str(other)))
     assert not (tmp_path / "bad.jsonl").exists()
     scored = score_file(cross_encoder, ScoreArguments(str(mined), str(tmp_path / "scored.jsonl"), str(corpus)))
