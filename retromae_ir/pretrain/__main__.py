@@ -69,7 +69,7 @@ def _train(model_name: str, data: DataArguments, masking: MaskingArguments, trai
     torch.manual_seed(training.seed)  # fresh decoders / MLM heads initialise the same way every run
     if contrastive.contrastive_weight > 0:
         method_cls = with_contrastive(method_cls, contrastive)
-    method_args = method_cls.prepare_arguments(method_args, data.corpus, model_name)  # MASTER: corpus statistics
+    method_args = method_cls.prepare_arguments(method_args, data.corpus, model_name, data.max_length)  # MASTER
     model = method_cls.from_pretrained(model_name, masking, method_args, data.max_length)
     segments = load_segments(data.corpus, model.tokenizer, data.max_length, data.tokenized_cache)
     check_maskable(segments, masking.encoder_mask_ratio, data.corpus)

@@ -11,8 +11,9 @@ A method is a ``PretrainModel`` subclass in its own module, registered in ``retr
   only from that generator and the global torch RNG, which the trainer seeds per step (exact resume).
 * ``make_examples(segments)`` turns the corpus segments into training examples (default: the segments).
 * ``Arguments``: the method's own argument dataclass (its fields become CLI options).
-* ``prepare_arguments(method_args, corpus, model_name)``: called by the command before the model is built, to
-  fill in what the method derives from the corpus (MASTER: its corpus statistics); default: nothing.
+* ``prepare_arguments(method_args, corpus, model_name, max_length)``: called by the command before the model is
+  built, to fill in or check what the method derives from the corpus (MASTER: its corpus statistics, its side
+  texts); default: nothing.
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ class PretrainModel(nn.Module, ABC):
 
     # ---- the method -------------------------------------------------------------------------------------
     @classmethod
-    def prepare_arguments(cls, method_args: Any, corpus: str | Path, model_name: str) -> Any:
+    def prepare_arguments(cls, method_args: Any, corpus: str | Path, model_name: str, max_length: int) -> Any:
         """``method_args`` completed from the corpus and the model's tokenizer before the model is built (a new
         object; the given one is left as it is, so the run identity computed from it stays the user's options)."""
         return method_args

@@ -137,6 +137,21 @@ def split_segments(docid: str, ids: list[int], body_length: int) -> list[Segment
             for index, start in enumerate(range(0, len(ids), body_length))]
 
 
+def segment_texts(text: str, tokenizer, max_length: int) -> list[str]:
+    """The text of each segment :func:`tokenize_corpus` cuts from ``text`` at ``max_length`` (the same tokens,
+    mapped back to characters through a fast tokenizer's offsets), so MASTER's side texts can be generated from
+    the very span a segment holds. A segment that starts inside a word starts at that word piece."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise CorpusError(f"cutting text into segments needs a fast tokenizer (character offsets); "
+                          f"{type(tokenizer).__name__} is not one")
+    if max_length < 3:
+        raise CorpusError(f"max length {max_length} leaves no room for text between [CLS] and [SEP]")
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+    body = max_length - 2
+    return [text[offsets[start][0]:offsets[min(start + body, len(offsets)) - 1][1]]
+            for start in range(0, len(offsets), body)]
+
+
 def tokenize_corpus(path: str | Path, tokenizer, max_length: int) -> SegmentTable:
     """All segments of the corpus, tokenised in chunks; raises ``CorpusError`` if nothing remains."""
     if max_length < 3:

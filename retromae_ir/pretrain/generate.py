@@ -3,7 +3,10 @@
 The MASTER authors released the generated texts but not the generation step; this module is that step.
 ``python -m retromae_ir.pretrain.generate --corpus corpus.jsonl --output side.jsonl`` writes one JSON line
 per document, ``{"id": ..., "queries": [...], "continuation": "..."}`` (a key is left out when its
-generator is switched off with ``none``), which ``--master-side-texts`` of pre-training reads.
+generator is switched off with ``none``), which ``--master-side-texts`` of pre-training reads. With
+``--segment-max-length N`` it writes one line per pre-training segment instead (``"segment": i``), generated
+from the text of that segment as pre-training at ``--max-length N`` cuts it (MASTER pairs a passage with texts
+generated from that passage; a document longer than one segment otherwise gives every segment its texts).
 
 Generation is long, so it is resumable: finished batches are appended (flushed and fsynced) to
 ``OUTPUT.partial``; a rerun skips the ids already there, dropping a torn last line, and the partial file is
@@ -35,7 +38,8 @@ from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, key_path, read_key, write_key
-from retromae_ir.pretrain.data import iter_documents
+from retromae_ir.packaged import default_model
+from retromae_ir.pretrain.data import iter_documents, segment_texts
 
 LOG = logging.getLogger(__name__)
 DEFAULT_DOC2QUERY = "castorini/doc2query-t5-base-msmarco"
@@ -120,6 +124,18 @@ def load_continuation_generator(name: str, device: str, **options) -> Continuati
     return ContinuationGenerator(model, AutoTokenizer.from_pretrained(name), **options)
 
 
+def load_segmenter(model: str | None, max_length: int | None) -> Segmenter | None:
+    """The segmenter of pre-training at ``max_length`` with ``model``'s tokenizer (the packaged MiniLM when None);
+    None without a max length (a record per document)."""
+    if max_length is None:
+        return None
+    if max_length < 3:
+        raise ValueError(f"--segment-max-length {max_length} leaves no room for text between [CLS] and [SEP]")
+    from transformers import AutoTokenizer
+
+    return Segmenter(AutoTokenizer.from_pretrained(model or default_model()), max_length)
+
+
 def partial_path(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
 
@@ -141,10 +157,34 @@ def generator_settings(generator) -> dict:
     return {"class": type(generator).__name__, "model": name, **weights, **options}
 
 
-def read_done(path: Path) -> tuple[dict[str, str | None], set[str]]:
-    """``{id: text digest}`` of the complete records in ``path`` (a later record of an id replaces an earlier one:
-    the passage changed and was generated again) and the ids that occur more than once; a torn or undecodable tail
-    is cut off the file."""
+Unit = tuple[str, "int | None"]  # (document id, segment index; None for a record of the whole document)
+
+
+def unit_of(record: dict) -> Unit:
+    """What a record was generated from: a document, or one of its segments."""
+    return str(record["id"]), record.get("segment")
+
+
+@dataclass
+class Segmenter:
+    """Cuts a document into the segments pre-training makes of it (the model's tokenizer, ``max_length``)."""
+
+    tokenizer: object
+    max_length: int
+
+    def settings(self) -> dict:
+        from retromae_ir.pretrain.corpus_stats import tokenizer_fingerprint
+
+        return {"tokenizer": tokenizer_fingerprint(self.tokenizer), "max_length": self.max_length}
+
+    def __call__(self, text: str) -> list[str]:
+        return segment_texts(text, self.tokenizer, self.max_length)
+
+
+def read_done(path: Path) -> tuple[dict[Unit, str | None], set[Unit]]:
+    """``{unit: text digest}`` of the complete records in ``path`` (a later record of a unit replaces an earlier
+    one: the passage changed and was generated again) and the units that occur more than once; a torn or
+    undecodable tail is cut off the file."""
     if not path.exists():
         return {}, set()
     done, repeated, good_end = {}, set(), 0
@@ -154,12 +194,12 @@ def read_done(path: Path) -> tuple[dict[str, str | None], set[str]]:
                 break
             try:
                 record = json.loads(line)
-                docid = record["id"]
-            except (ValueError, KeyError, TypeError):
+                unit = unit_of(record)
+            except (ValueError, KeyError, TypeError, AttributeError):
                 break
-            if docid in done:
-                repeated.add(docid)
-            done[docid] = record.get("text_sha256")
+            if unit in done:
+                repeated.add(unit)
+            done[unit] = record.get("text_sha256")
             good_end += len(line)
         if good_end < handle.seek(0, os.SEEK_END):
             LOG.warning("dropping a torn record at the end of %s (byte %d)", path, good_end)
@@ -167,71 +207,85 @@ def read_done(path: Path) -> tuple[dict[str, str | None], set[str]]:
     return done, repeated
 
 
-def batch_seed(seed: int, first_id: str) -> int:
+def batch_seed(seed: int, first: Unit) -> int:
     """A stable per-batch seed, so a resumed run samples what the uninterrupted run would have."""
-    return zlib.crc32(f"{seed}\t{first_id}".encode())
+    docid, segment = first
+    name = docid if segment is None else f"{docid}\t{segment}"
+    return zlib.crc32(f"{seed}\t{name}".encode())
 
 
 class Pending:
-    """The ``(docid, text, digest)`` triples still to generate, in corpus order and in batches: documents without
-    a record, or whose record was generated from another text (``replaced``). ``prune`` then drops the records no
-    longer wanted: ids gone from the corpus, and all but the last record of an id generated again (now, or by an
+    """The ``(unit, text, digest)`` triples still to generate, in corpus order and in batches: documents (or their
+    segments, with a ``segmenter``) without a record, or whose record was generated from another text of the
+    document (``replaced``; ``digest`` is the whole document's). ``prune`` then drops the records no longer
+    wanted: units gone from the corpus, and all but the last record of a unit generated again (now, or by an
     interrupted run before). An id repeated in the corpus is an error."""
 
-    def __init__(self, docs: Iterable[tuple[str, str]], done: dict[str, str | None], repeated: set[str]):
-        self.docs, self.done = docs, done
-        self.seen: set[str] = set()
-        self.replaced: set[str] = set(repeated)
+    def __init__(self, docs: Iterable[tuple[str, str]], done: dict[Unit, str | None], repeated: set[Unit],
+                 segmenter: Segmenter | None = None):
+        self.docs, self.done, self.segmenter = docs, done, segmenter
+        self.documents: set[str] = set()
+        self.seen: set[Unit] = set()
+        self.replaced: set[Unit] = set(repeated)
 
-    def batches(self, batch_size: int) -> Iterator[list[tuple[str, str, str]]]:
+    def units(self, docid: str, text: str) -> list[tuple[Unit, str]]:
+        if self.segmenter is None:
+            return [((docid, None), text)]
+        return [((docid, index), span) for index, span in enumerate(self.segmenter(text))]
+
+    def batches(self, batch_size: int) -> Iterator[list[tuple[Unit, str, str]]]:
         def todo():
             for docid, text in self.docs:
-                if docid in self.seen:
+                if docid in self.documents:
                     raise ValueError(f"document id {docid!r} occurs twice in the corpus")
-                self.seen.add(docid)
+                self.documents.add(docid)
                 digest = text_digest(text)
-                if self.done.get(docid, digest) != digest:
-                    self.replaced.add(docid)
-                if self.done.get(docid) != digest:
-                    yield docid, text, digest
+                for unit, span in self.units(docid, text):
+                    self.seen.add(unit)
+                    if self.done.get(unit, digest) != digest:
+                        self.replaced.add(unit)
+                    if self.done.get(unit) != digest:
+                        yield unit, span, digest
 
         stream = todo()
         while batch := list(islice(stream, batch_size)):
             yield batch
 
     def prune(self, path: Path) -> None:
-        """Rewrite ``path`` without the records of ids gone from the corpus and keeping only the last record of each
-        id generated again."""
+        """Rewrite ``path`` without the records of units gone from the corpus and keeping only the last record of
+        each unit generated again."""
         gone = set(self.done) - self.seen
         if not gone and not self.replaced:
             return
-        LOG.info("%s: dropping the records of %d documents no longer in the corpus and the older records of %d "
+        LOG.info("%s: dropping the records of %d passages no longer in the corpus and the older records of %d "
                  "passages generated again", path, len(gone), len(self.replaced))
         last = {}
         with open(path, encoding="utf-8") as source:
             for number, line in enumerate(source):
-                docid = json.loads(line)["id"]
-                if docid in self.replaced:
-                    last[docid] = number
+                unit = unit_of(json.loads(line))
+                if unit in self.replaced:
+                    last[unit] = number
         with open(path, encoding="utf-8") as source, atomic_write(path) as out:
             for number, line in enumerate(source):
-                docid = json.loads(line)["id"]
-                if docid not in gone and last.get(docid, number) == number:
+                unit = unit_of(json.loads(line))
+                if unit not in gone and last.get(unit, number) == number:
                     out.write(line)
 
 
 def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLike,
                         generators: Sequence[SideTextGenerator], batch_size: int = 16, seed: int = 42,
-                        total: int | None = None) -> int:
+                        total: int | None = None, segmenter: Segmenter | None = None) -> int:
     """Generate the records missing from ``output`` and publish it once complete; returns how many were written.
-    Continues only a file made under the same generators and seed (``OUTPUT.key.json``, ``OUTPUT.partial.key.json``;
-    one of other settings is refused, never deleted), and a record only while its passage is unchanged (each
-    record's ``text_sha256``); anything else is generated again."""
+    Continues only a file made under the same generators, seed and segmenting (``OUTPUT.key.json``,
+    ``OUTPUT.partial.key.json``; one of other settings is refused, never deleted), and a record only while its
+    document is unchanged (each record's ``text_sha256``); anything else is generated again. With a ``segmenter``
+    a record is made for each segment of a document (``"segment": i``) from that segment's text."""
     if not generators:
         raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
     output = Path(output)
     partial = partial_path(output)
-    key = as_stored({"seed": seed, "generators": [generator_settings(g) for g in generators]})
+    key = as_stored({"seed": seed, "generators": [generator_settings(g) for g in generators],
+                     **({"segments": segmenter.settings()} if segmenter is not None else {})})
     continued = partial if partial.exists() else output if output.exists() else None
     if continued is not None:
         _check_key(continued, key)  # generated texts can be days of GPU time: refused, never deleted
@@ -241,12 +295,14 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
     write_key(partial, key)
     done, repeated = read_done(partial)
     LOG.info("%d documents already generated in %s", len(done), partial)
-    pending, written = Pending(docs, done, repeated), 0
-    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=total, initial=len(done), unit="doc",
-                                                              desc="generate") as bar:
+    pending, written = Pending(docs, done, repeated, segmenter), 0
+    unit = "doc" if segmenter is None else "segment"
+    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=total if segmenter is None else None,
+                                                              initial=len(done), unit=unit, desc="generate") as bar:
         for batch in pending.batches(batch_size):
             torch.manual_seed(batch_seed(seed, batch[0][0]))
-            records = [{"id": docid, "text_sha256": digest} for docid, _, digest in batch]
+            records = [{"id": docid, **({} if segment is None else {"segment": segment}), "text_sha256": digest}
+                       for (docid, segment), _, digest in batch]
             passages = [text for _, text, _ in batch]
             for generator in generators:
                 for record, value in zip(records, generator(passages)):
@@ -260,7 +316,8 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
     key_path(output).unlink(missing_ok=True)  # between the two renames OUTPUT has no key: never continued from
     os.replace(partial, output)
     os.replace(key_path(partial), key_path(output))
-    LOG.info("wrote %d new records; %s holds %d", written, output, len(pending.seen))
+    LOG.info("wrote %d new records; %s holds %d (%d documents)", written, output, len(pending.seen),
+             len(pending.documents))
     return written
 
 
@@ -295,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpt2-top-k", type=int, default=50)
     p.add_argument("--max-prompt-length", type=int, default=256, help="last passage tokens given to GPT-2")
     p.add_argument("--max-new-tokens", type=int, default=128, help="length of the GPT-2 continuation")
+    p.add_argument("--segment-max-length", type=int,
+                   help="a record per pre-training segment at this --max-length (the value pre-training runs with), "
+                        "generated from that segment's text; default: a record per document")
+    p.add_argument("--segment-tokenizer", default=None,
+                   help="the model to be pre-trained, whose tokenizer cuts the segments (default: the packaged "
+                        "MiniLM, pre-training's default model); only with --segment-max-length")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -315,6 +378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise FileNotFoundError(errno.ENOENT, "corpus not found", str(args.corpus))
     if args.doc2query_model.lower() == "none" and args.gpt2_model.lower() == "none":
         raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
+    if args.segment_tokenizer is not None and args.segment_max_length is None:
+        raise ValueError("--segment-tokenizer cuts segments at --segment-max-length: give both, or neither for a "
+                         "record per document")
+    segmenter = load_segmenter(args.segment_tokenizer, args.segment_max_length)
     setup_logging(args.log_file or args.output.with_name(args.output.name + ".log"))
     LOG.info("arguments: %s", vars(args))
     generators: list[SideTextGenerator] = []
@@ -327,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.gpt2_model, args.device, top_k=args.gpt2_top_k, max_prompt_length=args.max_prompt_length,
             max_new_tokens=args.max_new_tokens))
     generate_side_texts(iter_documents(args.corpus), args.output, generators, args.batch_size, args.seed,
-                        total=count_lines(args.corpus))
+                        total=count_lines(args.corpus), segmenter=segmenter)
     return 0
 
 

@@ -13,7 +13,8 @@ last layers (``copy``). The tasks (``--master-tasks``, any subset, for the paper
   ``segments`` pairs segment i with segment i+1 of the same document (h from the main encoder pass);
   ``halves`` (the authors' code) encodes the first half of a segment in its own pass, the second is the target.
 * DOR / GOR: the decoder recovers the doc2query queries (joined with [SEP]) / the GPT-2 continuation of the
-  document (side texts from generate.py), whole-word random masking. Off when the texts are absent.
+  document or of the segment (side texts from generate.py, side_texts.py), whole-word random masking. Off when
+  the texts are absent.
 
 Masked decoder tokens become [MASK]. Loss = sum of the encoder MLM losses (main pass, CMP pass, NPR pass in
 ``halves`` mode) and the decoder losses, each the mean cross-entropy over its masked tokens (Eq. 8 with
@@ -37,6 +38,7 @@ from retromae_ir.pretrain.base import EncoderOutput, PretrainModel, token_cross_
 from retromae_ir.pretrain.collate import EncoderMLMCollator, Segment, TokenTables, pad_batch
 from retromae_ir.pretrain.keywords import WEIGHTINGS, CorpusStats, KeywordMasker, KeywordWeighting
 from retromae_ir.pretrain.masking import IGNORE_INDEX, mlm_corrupt, sample_whole_words
+from retromae_ir.pretrain.side_texts import SideTexts, check_side_texts, load_side_texts
 
 log = logging.getLogger(__name__)
 
@@ -105,93 +107,6 @@ def parse_tasks(spec: str) -> tuple[str, ...]:
     return tuple(t for t in TASKS if t in tasks)
 
 
-def load_side_texts(path: str | Path, sep_token: str) -> dict[str, dict[str, str]]:
-    """``{docid: {"dor": queries joined by [SEP], "gor": continuation}}`` from generate.py's JSONL."""
-    path = Path(path)
-    if not path.is_file():
-        raise MasterSetupError(f"side-text file not found: {path}")
-    texts: dict[str, dict[str, str]] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                docid, entry = _side_entry(line, sep_token)
-                if entry is None:
-                    raise DataFormatError(f"{path}:{number}: expected {{\"id\": str, \"queries\": [str], "
-                                          f"\"continuation\": str}} (generate.py output)")
-                texts[docid] = entry
-    return texts
-
-
-def check_side_texts(path: str | Path, corpus: str | Path) -> None:
-    """Refuse side texts generated from other passages than ``corpus`` holds under their ids (the corpus edited
-    since, or another corpus whose ids coincide, as line numbers do): DOR and GOR would teach a passage to rebuild
-    another one's queries and continuation. Each generate.py record names its passage by ``text_sha256``; records of
-    ids the corpus lacks are never looked up; a record without a digest cannot be checked (a warning counts them).
-    Records none of whose ids the corpus has (another id scheme: BEIR ids against a plain text file's line
-    numbers) are refused too: every DOR/GOR target would be empty; a partial cover is counted in a warning."""
-    from retromae_ir.pretrain.data import iter_documents
-    from retromae_ir.pretrain.generate import text_digest
-
-    if not Path(path).is_file():
-        raise MasterSetupError(f"side-text file not found: {path}")
-    recorded = {}
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line) if line.strip() else None
-            except ValueError:
-                continue  # load_side_texts names the malformed line
-            if isinstance(record, dict) and "id" in record:
-                recorded[str(record["id"])] = record.get("text_sha256")
-    stale, unchecked, covered, documents, first = [], 0, 0, 0, None
-    for docid, text in iter_documents(corpus):
-        documents += 1
-        if first is None:
-            first = docid
-        if docid in recorded:
-            covered += 1
-            if recorded[docid] is None:
-                unchecked += 1
-            elif recorded[docid] != text_digest(text):
-                stale.append(docid)
-    if stale:
-        raise MasterSetupError(
-            f"{path}: {len(stale)} side-text record(s) were generated from other text than {corpus} holds under "
-            f"their id (first: {stale[0]!r}); DOR/GOR would train on another passage's queries. Generate them again "
-            f"(python -m retromae_ir.pretrain.generate --corpus {corpus} --output {path} with the options that made "
-            f"it: unchanged records are kept)")
-    if recorded and not covered:
-        raise MasterSetupError(
-            f"{path}: none of its {len(recorded)} record ids (first: {next(iter(recorded))!r}) is a document id of "
-            f"{corpus} (first: {first!r}); DOR/GOR would train on empty texts. Generate the side texts from this "
-            f"corpus (python -m retromae_ir.pretrain.generate --corpus {corpus} --output {path})")
-    if covered < documents:
-        log.warning("%s: side texts for %d of the %d documents of %s; DOR/GOR learn nothing from the other %d",
-                    path, covered, documents, corpus, documents - covered)
-    if unchecked:
-        log.warning("%s: %d side-text record(s) carry no text_sha256 (not written by retromae_ir.pretrain.generate): "
-                    "not checked against %s", path, unchecked, corpus)
-
-
-def _side_entry(line: str, sep_token: str) -> tuple[str, dict[str, str] | None]:
-    """One side-text record as (docid, {task: text}), or (_, None) when it is malformed."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return "", None
-    queries = record.get("queries", []) if isinstance(record, dict) else None
-    continuation = record.get("continuation", "") if isinstance(record, dict) else None
-    if (not isinstance(record, dict) or "id" not in record or not isinstance(continuation, str)
-            or not isinstance(queries, list) or not all(isinstance(q, str) for q in queries)):
-        return "", None
-    entry = {}
-    if any(q.strip() for q in queries):
-        entry["dor"] = f" {sep_token} ".join(q.strip() for q in queries if q.strip())
-    if continuation.strip():
-        entry["gor"] = continuation.strip()
-    return str(record["id"]), entry
-
-
 def split_halves(ids: Sequence[int], continuation: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Cut a segment at the word start nearest its middle; None when it has fewer than two words."""
     starts = [i for i in range(1, len(ids)) if not bool(continuation[ids[i]])]
@@ -217,12 +132,12 @@ class MasterCollator:
     """
 
     def __init__(self, tokenizer, tasks: Sequence[str], encoder_ratio: float, decoder_ratio: float,
-                 keywords: KeywordMasker | None = None, side_texts: dict[str, dict[str, str]] | None = None,
+                 keywords: KeywordMasker | None = None, side_texts: SideTexts | None = None,
                  side_max_length: int = 128, npr_halves: bool = False):
         self.tables = TokenTables(tokenizer)
         self.encoder_collator = EncoderMLMCollator(tokenizer, encoder_ratio)
         self.tasks, self.encoder_ratio, self.decoder_ratio = tuple(tasks), encoder_ratio, decoder_ratio
-        self.keywords, self.side_texts, self.side_max_length = keywords, side_texts or {}, side_max_length
+        self.keywords, self.side_texts, self.side_max_length = keywords, side_texts or SideTexts({}), side_max_length
         self.npr_halves = npr_halves
 
     @property
@@ -271,7 +186,7 @@ class MasterCollator:
         return self.side_task("gor", examples, generator)
 
     def side_task(self, task: str, examples, generator):
-        texts = [self.side_texts.get(e.segment.docid, {}).get(task, "") for e in examples]
+        texts = [self.side_texts.of(e.segment).get(task, "") for e in examples]
         ids = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.side_max_length - 2,
                              verbose=False)["input_ids"]
         input_ids, attention_mask = pad_batch(ids, self.tokenizer)
@@ -317,15 +232,16 @@ class MASTER(PretrainModel):
 
     # ---- set-up ------------------------------------------------------------------------------------------------
     @classmethod
-    def prepare_arguments(cls, method_args: MasterArguments | None, corpus: str | Path,
-                          model_name: str) -> MasterArguments:
-        """Side texts checked against ``corpus`` (:func:`check_side_texts`). With MKP or NPR on and no
-        ``master_corpus_stats``: the statistics of ``corpus`` under the model's tokenizer, reused when counted
-        before, else counted now (``corpus_stats.ensure_corpus_stats``)."""
+    def prepare_arguments(cls, method_args: MasterArguments | None, corpus: str | Path, model_name: str,
+                          max_length: int) -> MasterArguments:
+        """Side texts checked against ``corpus`` and, per segment, against the run's segments at ``max_length``
+        (:func:`check_side_texts`). With MKP or NPR on and no ``master_corpus_stats``: the statistics of ``corpus``
+        under the model's tokenizer, reused when counted before, else counted now
+        (``corpus_stats.ensure_corpus_stats``)."""
         args = method_args if method_args is not None else cls.Arguments()
         check_arguments(args)
         if args.master_side_texts is not None:
-            check_side_texts(args.master_side_texts, corpus)
+            check_side_texts(args.master_side_texts, corpus, model_name, max_length)
         if not {"mkp", "npr"} & set(parse_tasks(args.master_tasks)):
             return args
         from transformers import AutoTokenizer
@@ -333,22 +249,24 @@ class MASTER(PretrainModel):
         from retromae_ir.pretrain.corpus_stats import check_stats_file, ensure_corpus_stats
 
         tokenizer = AutoTokenizer.from_pretrained(model_name)
+
         if args.master_corpus_stats is not None:
             check_stats_file(args.master_corpus_stats, corpus, tokenizer)
             return args
         return replace(args, master_corpus_stats=str(ensure_corpus_stats(corpus, tokenizer, model_name)))
 
-    def _side_texts(self, args: MasterArguments) -> dict[str, dict[str, str]]:
+    def _side_texts(self, args: MasterArguments) -> SideTexts:
         if args.master_side_texts is None:
-            return {}
+            return SideTexts({})
         texts = load_side_texts(args.master_side_texts, self.tokenizer.sep_token)
-        log.info("side texts for %d documents from %s", len(texts), args.master_side_texts)
+        log.info("side texts for %d %s from %s", len(texts), "segments" if texts.per_segment else "documents",
+                 args.master_side_texts)
         return texts
 
     def _active_tasks(self, requested: tuple[str, ...]) -> tuple[str, ...]:
         tasks = []
         for task in requested:
-            if task in SIDE_KEYS and not any(task in entry for entry in self.side_texts.values()):
+            if task in SIDE_KEYS and not self.side_texts.has(task):
                 log.warning("MASTER task %s is off: no %s texts (--master-side-texts)", task.upper(), SIDE_KEYS[task])
                 continue
             tasks.append(task)
@@ -383,6 +301,8 @@ class MASTER(PretrainModel):
     # ---- data --------------------------------------------------------------------------------------------------
     def make_examples(self, segments: Sequence[Segment]) -> list[MasterExample]:
         """Attach each segment's NPR pair (next segment of its document, or its own halves)."""
+        if {"dor", "gor"} & set(self.tasks):
+            self.side_texts.warn_shared(segments)
         if "npr" not in self.tasks:
             return [MasterExample(s) for s in segments]
         if self.method_args.master_npr_pairs == "halves":

@@ -9,9 +9,10 @@ import torch
 from retromae_ir.pretrain.arguments import MaskingArguments
 from retromae_ir.pretrain.collate import Segment
 from retromae_ir.pretrain.keywords import count_corpus
-from retromae_ir.pretrain.master import (MASTER, MasterArguments, MasterExample, MasterSetupError, load_side_texts,
+from retromae_ir.pretrain.master import (MASTER, MasterArguments, MasterExample, MasterSetupError,
                                          split_halves)
 from retromae_ir.pretrain.masking import IGNORE_INDEX
+from retromae_ir.pretrain.side_texts import SideTextError, load_side_texts
 
 TEXTS = {
     "a": "Microstructural development of human newborn cerebral white matter assessed by diffusion tensor imaging.",
@@ -79,8 +80,10 @@ def test_dor_gor_are_off_without_side_texts(tiny_bert_dir, stats_file, side_file
 
 def test_side_texts_join_queries_with_sep(side_file):
     texts = load_side_texts(side_file, "[SEP]")
-    assert texts["a"] == {"dor": "what is white matter [SEP] newborn brain imaging", "gor": "The results show growth."}
-    assert texts["c"] == {"dor": "apparent diffusion coefficient"}
+    assert not texts.per_segment
+    assert texts.texts[("a", None)] == {"dor": "what is white matter [SEP] newborn brain imaging",
+                                        "gor": "The results show growth."}
+    assert texts.texts[("c", None)] == {"dor": "apparent diffusion coefficient"}
 
 
 def test_cmp_masks_are_disjoint_and_cover_the_text(tiny_bert_dir, tokenizer, segments):
@@ -271,13 +274,13 @@ def test_side_texts_of_other_passages_are_refused(tmp_path, caplog):
             for k, v in texts.items()] + [{"id": "z", "text_sha256": "0" * 16, "queries": ["not in the corpus"]}]
     side.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = MasterArguments(master_tasks="dor", master_side_texts=str(side))
-    assert MASTER.prepare_arguments(args, corpus, "unused") == args  # matching digests; id z is never looked up
+    assert MASTER.prepare_arguments(args, corpus, "unused", 16) == args  # matching digests; id z is never looked up
     corpus.write_text(corpus.read_text().replace("cortical growth", "jazz history"))
-    with pytest.raises(MasterSetupError, match=r"side.jsonl: 1 side-text record\(s\) .* \(first: 'b'\)"):
-        MASTER.prepare_arguments(args, corpus, "unused")
+    with pytest.raises(SideTextError, match=r"side.jsonl: 1 side-text record\(s\) .* \(first: 'b'\)"):
+        MASTER.prepare_arguments(args, corpus, "unused", 16)
     side.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "text_sha256"}) + "\n" for r in rows))
-    with caplog.at_level("WARNING", logger="retromae_ir.pretrain.master"):
-        MASTER.prepare_arguments(args, corpus, "unused")
+    with caplog.at_level("WARNING", logger="retromae_ir.pretrain.side_texts"):
+        MASTER.prepare_arguments(args, corpus, "unused", 16)
     assert "2 side-text record(s) carry no text_sha256" in caplog.text
 
 
@@ -292,12 +295,12 @@ def test_side_texts_of_another_id_scheme_are_refused_and_a_partial_cover_is_coun
                                         "continuation": "more"}) + "\n" for k, v in texts.items()))
     plain.write_text("".join(v + "\n" for v in texts.values()))
     args = MasterArguments(master_tasks="dor", master_side_texts=str(side))
-    with pytest.raises(MasterSetupError, match=r"none of its 2 record ids \(first: 'a'\) is a document id of .*"
+    with pytest.raises(SideTextError, match=r"none of its 2 record ids \(first: 'a'\) is a document id of .*"
                                                r"corpus.txt \(first: '1'\)"):
-        MASTER.prepare_arguments(args, plain, "unused")
+        MASTER.prepare_arguments(args, plain, "unused", 16)
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n"
                               for k, v in {**texts, "c": "a third passage"}.items()))
-    with caplog.at_level("WARNING", logger="retromae_ir.pretrain.master"):
-        assert MASTER.prepare_arguments(args, corpus, "unused") == args
+    with caplog.at_level("WARNING", logger="retromae_ir.pretrain.side_texts"):
+        assert MASTER.prepare_arguments(args, corpus, "unused", 16) == args
     assert "side texts for 2 of the 3 documents" in caplog.text
