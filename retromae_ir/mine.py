@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 
 # Bumped in the commit that changes which negatives the same run and qrels give, so a chain's mined files made
-# before are mined again. 2: the positives of every query of the same text are left out (2026-11-27).
+# before are mined again. 2: the positives of every query of the same text are left out (2026-11-27). (Leaving
+# out the documents judged relevant below --min-relevance changed nothing at the chain's --min-relevance 1.)
 MINING_VERSION = 2
 
 
@@ -80,21 +81,32 @@ def sample_negatives(ranking: list[str], positives: set[str], min_rank: int, max
     return [docid for i, docid in enumerate(window) if i in keep]
 
 
-def mine(run: dict[str, dict[str, float]], queries: dict[str, str], positives: dict[str, set[str]],
-         args: MiningArguments) -> list[dict]:
-    """One training record per query that keeps at least one negative (the others are counted and logged). A
-    query's negatives leave out the positives of every query of the same text (scifact's train split has such
-    twins with different judgements: one's positive was the other's hard negative)."""
+def relevant_by_text(queries: dict[str, str], relevant: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The documents judged relevant to each query text (every query of ``relevant`` that ``queries`` names)."""
     from retromae_ir.data.splits import normalized_query
 
-    judged_for_text: dict[str, set[str]] = {}
-    for qid, docs in positives.items():
-        judged_for_text.setdefault(normalized_query(queries[qid]), set()).update(docs)
+    by_text: dict[str, set[str]] = {}
+    for qid, docs in relevant.items():
+        if qid in queries:
+            by_text.setdefault(normalized_query(queries[qid]), set()).update(docs)
+    return by_text
+
+
+def mine(run: dict[str, dict[str, float]], queries: dict[str, str], positives: dict[str, set[str]],
+         args: MiningArguments, relevant: dict[str, set[str]] | None = None) -> list[dict]:
+    """One training record per query that keeps at least one negative (the others are counted and logged). A
+    query's negatives leave out the documents judged relevant to any query of the same text (scifact's train split
+    has such twins with different judgements: one's positive was the other's hard negative): ``relevant`` by text
+    (:func:`relevant_by_text`, every label >= 1, for a ``--min-relevance`` above 1), else the positives."""
+    from retromae_ir.data.splits import normalized_query
+
+    judged_for_text = relevant if relevant is not None else relevant_by_text(queries, positives)
     records, empty = [], 0
     for qid in sorted(positives):
         ranking = [docid for docid, _ in ranked(run.get(qid, {}))]
-        negatives = sample_negatives(ranking, judged_for_text[normalized_query(queries[qid])], args.min_rank,
-                                     args.max_rank, args.negatives, random.Random(f"{args.seed}:{qid}"))
+        excluded = judged_for_text.get(normalized_query(queries[qid]), set()) | positives[qid]
+        negatives = sample_negatives(ranking, excluded, args.min_rank, args.max_rank, args.negatives,
+                                     random.Random(f"{args.seed}:{qid}"))
         if not negatives:
             empty += 1
             continue
@@ -136,12 +148,15 @@ def run(args: MiningArguments) -> Path:
 
 def _mine_into(args: MiningArguments) -> Path:
     topics = load_topics(args.queries)
-    positives = judged_positives(load_qrels(args.qrels), args.min_relevance)
+    qrels = load_qrels(args.qrels)
+    positives = judged_positives(qrels, args.min_relevance)
     missing = sorted(set(positives) - set(topics))
     if missing:
         raise ValueError(f"{args.qrels}: {len(missing)} judged queries are not in {args.queries} (e.g. {missing[:3]})")
     queries = {qid: topics[qid] for qid in sorted(positives)}
-    records = mine(retrieve(args, queries), queries, positives, args)
+    # a document judged relevant below --min-relevance is no positive, and no negative either
+    relevant = relevant_by_text(topics, judged_positives(qrels, 1))
+    records = mine(retrieve(args, queries), queries, positives, args, relevant)
     if not records:
         raise ValueError("no query kept a negative: widen --min-rank/--max-rank")
     Path(f"{args.output}.args.json").unlink(missing_ok=True)  # never an earlier run's arguments beside new negatives

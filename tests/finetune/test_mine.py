@@ -70,3 +70,25 @@ def test_card_only_flags_with_bm25_are_refused(flags, named):
     MiningArguments("card.yaml", "c", "q", "r", "o", **flags)  # a card reads them
     assert MiningArguments("card.yaml", "c", "q", "r", "o").dtype == "auto"  # recorded as used
     assert MiningArguments("bm25", "c", "q", "r", "o").dtype is None
+
+
+def test_documents_judged_relevant_below_min_relevance_are_no_negatives(tmp_path, monkeypatch):
+    """Graded qrels and --min-relevance 2: a document judged 1 is not a positive, and it is not a hard negative
+    either (evaluation counts it relevant); it was sampled as one, and training pushed the query away from it."""
+    from retromae_ir import mine as mining
+
+    topics = tmp_path / "queries.tsv"
+    topics.write_text("q1\tstem cells\nq2\tStem  cells\nq3\tother\n")
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 d1 2\nq1 0 d2 1\nq2 0 d3 1\nq3 0 d1 2\nq3 0 d4 0\n")
+    run = {q: {d: 100.0 - i for i, d in enumerate(RANKING)} for q in ("q1", "q3")}
+    monkeypatch.setattr(mining, "retrieve", lambda args, queries: {q: run[q] for q in queries})
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("")
+    args = MiningArguments("bm25", str(corpus), str(topics), str(qrels), str(tmp_path / "neg.jsonl"),
+                           min_rank=1, max_rank=5, negatives=10, seed=7, min_relevance=2)
+    mining._mine_into(args)
+    records = {r["qid"]: r for r in map(json.loads, (tmp_path / "neg.jsonl").read_text().splitlines())}
+    # q1: d2 (its own label 1) and d3 (its twin q2's label 1) left out; q3: d4, judged 0, is a fair negative
+    assert {q: (r["positives"], r["negatives"]) for q, r in records.items()} == {
+        "q1": (["d1"], ["d4", "d5"]), "q3": (["d1"], ["d2", "d3", "d4", "d5"])}
