@@ -272,6 +272,7 @@ class EncoderModel(torch.nn.Module):
             with autocast:
                 d, s = self.represent(batch["input_ids"], batch["attention_mask"], k)
             d = d.float().cpu().numpy()
+            _check_finite(d, s, rows, texts, self.bf16)
             for j, i in enumerate(rows):
                 dense[i] = d[j]
             if s is not None:
@@ -282,6 +283,22 @@ class EncoderModel(torch.nn.Module):
             stacked = scipy.sparse.vstack([m for _, m in sparse], format="csr")
             out.sparse = stacked[np.argsort(rows, kind="stable")]
         return out
+
+
+def _check_finite(dense: np.ndarray, sparse: torch.Tensor | None, rows: list[int], texts: list[str],
+                  bf16: bool) -> None:
+    """Refuse a NaN or infinite weight: faiss never returns a NaN score, so the text would silently drop out of
+    every search (or a query come back with no hit)."""
+    bad = ~np.isfinite(dense).all(axis=1)
+    if sparse is not None:
+        bad |= ~torch.isfinite(sparse.float()).all(dim=1).cpu().numpy()
+    if bad.any():
+        j = int(np.argmax(bad))
+        text = texts[rows[j]]
+        raise ValueError(f"text {rows[j]} of {len(texts)} ({text[:60]!r}{'...' if len(text) > 60 else ''}) and "
+                         f"{int(bad.sum()) - 1} other(s) of its batch encoded to non-finite weights (NaN or inf)"
+                         f"{': bf16 may overflow here, try --dtype fp32' if bf16 else ''}; the checkpoint may have "
+                         f"diverged")
 
 
 def vocab_of(tokenizer) -> list[str]:

@@ -264,3 +264,22 @@ def test_compiled_bf16_autocast_gives_the_eager_bf16_vectors(tiny_card, backend)
     overlap = [len(set(eager.sparse[i].indices) & set(compiled.sparse[i].indices)) / eager.sparse[i].nnz
                for i in range(len(texts))]
     assert min(overlap) >= 0.75 and np.mean(overlap) >= 0.9
+
+
+@pytest.mark.parametrize("side", ["dense", "sparse"])
+def test_a_non_finite_weight_is_refused_naming_the_text(tiny_card, side, monkeypatch):
+    """faiss returns no NaN score: a NaN vector made its document unreachable (or its query hitless), exit 0."""
+    model = EncoderModel.from_card(tiny_card, device="cpu")
+    represent = model.represent
+
+    def poisoned(input_ids, attention_mask, k):
+        dense, sparse = represent(input_ids, attention_mask, k)
+        row = (input_ids == model.tokenizer.convert_tokens_to_ids("jazz")).any(1)
+        target = dense if side == "dense" else sparse
+        target[row, 0] = float("nan")
+        return dense, sparse
+
+    monkeypatch.setattr(model, "represent", poisoned)
+    with pytest.raises(ValueError, match=r"^text 2 of 3 \('jazz music history'\) and 0 other\(s\) of its batch "
+                                         r"encoded to non-finite weights"):
+        model.encode(["cells divide", "the sun is a star", "jazz music history"], 16, 8, batch_size=2)
