@@ -59,7 +59,8 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     check_config(model_name, data.max_length)
     # a local start's weight and tokenizer files: one trained again in place is another start
     identity = run_identity(model_args, data, masking, training, contrastive, method_args,
-                            {"start_weights": checkpoint_key(model_name)}, corpus_reader(data.corpus))
+                            {"start_weights": checkpoint_key(model_name)}, corpus_reader(data.corpus),
+                            method_cls.code_identity(method_args))
     with exclusive_run(training, identity):
         _train(model_name, data, masking, training, contrastive, method_args, method_cls, identity)
 

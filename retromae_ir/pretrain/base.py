@@ -14,6 +14,8 @@ A method is a ``PretrainModel`` subclass in its own module, registered in ``retr
 * ``prepare_arguments(method_args, corpus, model_name, max_length)``: called by the command before the model is
   built, to fill in or check what the method derives from the corpus (MASTER: its corpus statistics, its side
   texts); default: nothing.
+* ``code_identity(method_args)``: versions of the method's own code that decide what it trains (MASTER: its
+  keyword masking), added to the run identity so a run never resumes under other code; default: None.
 """
 from __future__ import annotations
 
@@ -78,6 +80,11 @@ class PretrainModel(nn.Module, ABC):
         """``method_args`` completed from the corpus and the model's tokenizer before the model is built (a new
         object; the given one is left as it is, so the run identity computed from it stays the user's options)."""
         return method_args
+
+    @classmethod
+    def code_identity(cls, method_args: Any) -> dict | None:
+        """Versions of this method's code that change what the same options train (None: nothing to add)."""
+        return None
 
     def encode(self, batch: dict) -> EncoderOutput:
         """Masked encoder pass with MLM loss (batch keys from ``EncoderMLMCollator``)."""

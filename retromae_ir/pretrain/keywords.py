@@ -26,6 +26,11 @@ from retromae_ir.pretrain.masking import sample_whole_words
 
 STATS_FORMAT = "retromae_ir.corpus_stats"
 WEIGHTINGS = ("icf", "tfidf")
+# Bumped when the same statistics and seed select other keywords (a MASTER run's identity carries it, so a run is
+# never resumed under another rule). 2: tf-idf weights each occurrence by idf (a word of tf occurrences is drawn
+# with weight tf x idf, not tf^2 x idf), and a segment's first word cut from the segment before (a leading ##
+# piece) takes its row's lowest weight, not the highest (2026-11-27).
+KEYWORD_MASKING_VERSION = 2
 
 
 class CorpusStatsError(ValueError):
@@ -129,8 +134,9 @@ def count_corpus(texts: Iterable[str], tokenizer, name: str, batch_size: int = 2
 
 
 class KeywordWeighting:
-    """Masking weight of each word of a text: ``icf`` = 1 / cf (unseen words count as cf = 1), or ``tfidf`` =
-    tf in the text x (ln((1 + N) / (1 + df)) + 1) (smoothed idf, always > 0)."""
+    """Masking weight of each word occurrence of a text: ``icf`` = 1 / cf (unseen words count as cf = 1), or
+    ``tfidf`` = ln((1 + N) / (1 + df)) + 1 (smoothed idf, always > 0) on each occurrence, so a word's occurrences
+    weigh tf x idf together: the TF-IDF weight of the word (each occurrence is a slot of the sampler)."""
 
     def __init__(self, stats: CorpusStats, scheme: str = "icf"):
         if scheme not in WEIGHTINGS:
@@ -141,9 +147,8 @@ class KeywordWeighting:
     def weights(self, words: Sequence[str]) -> list[float]:
         if self.scheme == "icf":
             return [1.0 / max(self.stats.cf.get(w, 0), 1) for w in words]
-        tf = Counter(words)
         n = self.stats.num_docs
-        return [tf[w] * (math.log((1 + n) / (1 + self.stats.df.get(w, 0))) + 1.0) for w in words]
+        return [math.log((1 + n) / (1 + self.stats.df.get(w, 0))) + 1.0 for w in words]
 
 
 class KeywordMasker:
@@ -160,7 +165,17 @@ class KeywordMasker:
     def __call__(self, input_ids: torch.Tensor, ratio: float, generator: torch.Generator | None = None) -> torch.Tensor:
         """Bool [B, L] selection (never special tokens or padding)."""
         words = self.tables.words(input_ids)
+        return sample_whole_words(words, ratio, generator, weights=self.weights(input_ids, words).to(input_ids.device))
+
+    def weights(self, input_ids: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        """Float64 [B, L]: the weight of word slot j of each row at [row, j] (1 past the row's words). A row that
+        starts with a ``##`` piece (a word cut between two segments) gives that fragment its lowest weight: the
+        statistics never saw it as a word, and as an unseen word it would weigh the most."""
         weights = torch.ones(input_ids.shape, dtype=torch.float64)
+        cut = self.tables.continuation[input_ids[:, 1].cpu()].tolist() if input_ids.shape[1] > 1 else []
         for i, row in enumerate(batch_word_strings(input_ids, words, self.pieces)):
-            weights[i, :len(row)] = torch.tensor(self.weighting.weights(row), dtype=torch.float64)
-        return sample_whole_words(words, ratio, generator, weights=weights.to(input_ids.device))
+            row_weights = torch.tensor(self.weighting.weights(row), dtype=torch.float64)
+            if row and cut[i]:
+                row_weights[0] = row_weights.min()
+            weights[i, :len(row)] = row_weights
+        return weights

@@ -36,7 +36,8 @@ from transformers.models.bert.modeling_bert import BertLayer
 from retromae_ir.data.readers import DataFormatError
 from retromae_ir.pretrain.base import EncoderOutput, PretrainModel, token_cross_entropy
 from retromae_ir.pretrain.collate import EncoderMLMCollator, Segment, TokenTables, pad_batch
-from retromae_ir.pretrain.keywords import WEIGHTINGS, CorpusStats, KeywordMasker, KeywordWeighting
+from retromae_ir.pretrain.keywords import (KEYWORD_MASKING_VERSION, WEIGHTINGS, CorpusStats, KeywordMasker,
+                                           KeywordWeighting)
 from retromae_ir.pretrain.masking import IGNORE_INDEX, mlm_corrupt, sample_whole_words
 from retromae_ir.pretrain.side_texts import SideTexts, check_side_texts, load_side_texts
 
@@ -254,6 +255,12 @@ class MASTER(PretrainModel):
             check_stats_file(args.master_corpus_stats, corpus, tokenizer)
             return args
         return replace(args, master_corpus_stats=str(ensure_corpus_stats(corpus, tokenizer, model_name)))
+
+    @classmethod
+    def code_identity(cls, method_args: MasterArguments | None) -> dict | None:
+        """The keyword-masking rule's version when MKP or NPR trains (runs of the other tasks resume as before)."""
+        tasks = parse_tasks((method_args or cls.Arguments()).master_tasks)
+        return {"keyword_masking": KEYWORD_MASKING_VERSION} if {"mkp", "npr"} & set(tasks) else None
 
     def _side_texts(self, args: MasterArguments) -> SideTexts:
         if args.master_side_texts is None:

@@ -213,6 +213,12 @@ def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file):
     assert meta["method"] == "master" and meta["method_args"]["master_tasks"] == "mkp,cmp,npr,dor,gor"
     header = (out / "loss.csv").read_text().splitlines()[0].split(",")
     assert {"loss", "mkp", "cmp", "npr", "dor", "gor", "cmp_mlm"} <= set(header)
+    from retromae_ir.pretrain.keywords import KEYWORD_MASKING_VERSION
+
+    # the keyword-masking rule keys the run: one started under another rule is not resumed under this one
+    run = json.loads((out / "trainer_state" / "run.json").read_text())["identity"]
+    assert run["keyword_masking"] == KEYWORD_MASKING_VERSION
+    assert MASTER.code_identity(MasterArguments(master_tasks="cmp,dor")) is None
 
 
 @pytest.mark.parametrize("line", ['{"queries": ["q"]}', '{"id": "a", "queries": "q"}', '{"id": "a", "queries": [1]}',
