@@ -2,9 +2,11 @@
 
 Pre-training and the DupMAE encoder must start from the same head, or a pre-trained model and the same model
 without pre-training are compared from different starting points. The head is deterministic rather than random:
-transform = identity, LayerNorm = plain normalisation, biases = 0, decoder tied to the word embeddings. Its
-logits are then the similarity of each contextual vector to every input embedding, a lexical OT vector from the
-first step (documents and queries encoded in different processes also agree).
+the transform's dense layer = identity, LayerNorm = plain normalisation, biases = 0, decoder tied to the word
+embeddings. BERT's head still applies its activation (GELU) between the two, so the logits are
+LN(GELU(h)) . E^T: the similarity of each contextual vector, its negative components squashed and renormalised, to
+every input embedding; a lexical OT vector from the first step, not exactly h . E^T (documents and queries encoded
+in different processes also agree).
 """
 from __future__ import annotations
 
