@@ -28,8 +28,9 @@ from retromae_ir.data.readers import (DataFormatError, iter_beir_corpus, iter_li
 
 logger = logging.getLogger(__name__)
 # what --mask-false-negatives leaves out of a query's pool, bumped when that rule changes (a run or chain stage made
-# under another rule is not resumed or reused): 2, the positives of same-text twin queries too (2026-11-27)
-MASKING_VERSION = 2
+# under another rule is not resumed or reused): 2, the positives of same-text twin queries too; 3, twins are the same
+# text up to punctuation too (2026-11-27)
+MASKING_VERSION = 3
 
 
 @dataclass
@@ -207,9 +208,9 @@ def _nonempty(examples: list[TrainExample], path) -> list[TrainExample]:
 
 
 def with_twin_positives(examples: list[TrainExample], source=None) -> list[TrainExample]:
-    """Each example with the positives of the other queries of its text (case and spacing aside: scifact's train
-    split has such twins, judged differently), which false-negative masking leaves out of its in-batch pool too,
-    and without a listed negative that is one of them (with its teacher score; mining never lists one, a hand-made
+    """Each example with the positives of the other queries of its text (case, spacing and punctuation aside:
+    scifact's train split has such twins, judged differently), which false-negative masking leaves out of its
+    in-batch pool too, and without a listed negative that is one of them (with its teacher score; mining never lists one, a hand-made
     file may)."""
     from retromae_ir.data.splits import normalized_query
 

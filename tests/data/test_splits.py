@@ -77,7 +77,8 @@ def test_a_training_query_with_a_dev_or_test_query_text_leaves_training(tmp_path
     dev_ids = set(load_qrels(plain))
     first = sorted(dev_ids)[0]
     twin, test_twin = [q for q in sorted(texts) if q.startswith("q") and q not in dev_ids and q != "q9"][:2]
-    texts |= {twin: f"  QUERY {first[1:]} ", test_twin: "Test   query"}  # a dev and a test query's text, case aside
+    # a dev and a test query's text, case, spacing and punctuation aside
+    texts |= {twin: f"  QUERY {first[1:]}? ", test_twin: "Test   query."}
     queries.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in texts.items()))
     train, dev = carve_dev_split(qrels, 3, tmp_path / "twins", seed=0, queries=queries, evaluated=(test,))
     dev_now = set(load_qrels(dev))  # the same seeded sample, but q9 (a test query) drawn again

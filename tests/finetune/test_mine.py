@@ -42,12 +42,12 @@ def test_mine_records_seeded_and_readable(tmp_path):
 
 
 def test_a_twin_querys_positives_are_never_its_negatives(tmp_path):
-    """Two queries of one text (case and spacing aside) judged differently: neither gets the other's positive as a
-    negative (a record held d3 as a positive and its twin d3 as a hard negative)."""
+    """Two queries of one text (case, spacing and punctuation aside) judged differently: neither gets the other's
+    positive as a negative (a record held d3 as a positive and its twin d3 as a hard negative)."""
     run = {q: {d: 100.0 - i for i, d in enumerate(RANKING)} for q in ("q1", "q2", "q3")}
     args = MiningArguments("bm25", "c.jsonl", "q.jsonl", "r.tsv", str(tmp_path / "neg.jsonl"),
                            min_rank=1, max_rank=6, negatives=10, seed=7)
-    queries = {"q1": "Stem cells", "q2": "stem  CELLS", "q3": "another"}
+    queries = {"q1": "Stem cells?", "q2": "stem  CELLS", "q3": "another"}
     records = mine(run, queries, {"q1": {"d1", "d3"}, "q2": {"d1"}, "q3": {"d1"}}, args)
     assert {r["qid"]: r["negatives"] for r in records} == {"q1": ["d2", "d4", "d5", "d6"], "q2": ["d2", "d4", "d5", "d6"],
                                                           "q3": ["d2", "d3", "d4", "d5", "d6"]}
