@@ -19,7 +19,7 @@ from retromae_ir.data.readers import PathLike, iter_topics, load_qrels
 from retromae_ir.io import atomic_write, file_digest
 
 # bumped when a rule changes: 2, dev holds no evaluated query nor its twin (1 drew dev among them); 3, twins are
-# the same text up to punctuation too (2026-11-27)
+# the same text up to punctuation too, and dev draws no query without a relevant judgement (2026-11-27)
 SPLIT_VERSION = 3
 
 
@@ -46,7 +46,9 @@ def carve_dev_split(qrels: PathLike, size: int, output: PathLike, seed: int = 0,
     evaluated_ids = {qid for path in evaluated for qid in load_qrels(path)}
     texts = normalized_texts(queries) if queries is not None else {}
     barred = evaluated_ids | same_text_queries(texts, evaluated_ids)
-    dev = dev_sample(sorted(labels), size, seed, barred, qrels)
+    # a query judged only non-relevant (label 0) would score 0 under every setting dev compares: never drawn
+    unjudged = {qid for qid, docs in labels.items() if not any(label >= 1 for label in docs.values())}
+    dev = dev_sample(sorted(labels), size, seed, barred | unjudged, qrels)
     held_out = dev | barred
     held_out |= same_text_queries(texts, held_out)
     if not set(labels) - held_out:
@@ -65,8 +67,9 @@ def carve_dev_split(qrels: PathLike, size: int, output: PathLike, seed: int = 0,
 
 
 def dev_sample(candidates: list[str], size: int, seed: int, barred: set[str], source: PathLike) -> set[str]:
-    """``size`` seeded queries of ``candidates``, none of them ``barred`` (an evaluated query or its twin): a barred
-    query the seeded sample draws is replaced by another draw, so a sample that draws none is unchanged."""
+    """``size`` seeded queries of ``candidates``, none of them ``barred`` (an evaluated query or its twin, a query
+    without a relevant judgement): a barred query the seeded sample draws is replaced by another draw, so a sample
+    that draws none is unchanged."""
     rng = random.Random(seed)
     dev = set(rng.sample(candidates, size))
     drawn = dev & barred
@@ -74,7 +77,7 @@ def dev_sample(candidates: list[str], size: int, seed: int, barred: set[str], so
         others = sorted(set(candidates) - dev - barred)
         if len(others) < len(drawn):
             raise ValueError(f"{source}: a dev split of {size} queries needs {size} training queries that are not "
-                             f"evaluated queries or their twins; there are {len(set(candidates) - barred)}")
+                             f"evaluated queries, their twins or judged only non-relevant; there are {len(set(candidates) - barred)}")
         dev = (dev - drawn) | set(rng.sample(others, len(drawn)))
     return dev
 

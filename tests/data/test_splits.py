@@ -122,3 +122,18 @@ def test_the_default_scifact_split_is_unchanged_and_300_avoids_the_test_twins(sh
     train, dev = carve_dev_split(source, 300, tmp_path / "300", **args)
     assert not set(load_qrels(dev)) & {"871", "1291"} and len(load_qrels(dev)) == 300
     assert not set(load_qrels(train)) & {"871", "1291"}
+
+
+def test_dev_never_draws_a_query_judged_only_non_relevant(tmp_path):
+    """A query whose every label is 0 scores 0 under every setting the dev split compares: drawn into dev it only
+    shrank the split; it is replaced by another draw (and stays in training, where it harms nothing)."""
+    qrels = tmp_path / "train.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10)))
+    _, plain = carve_dev_split(qrels, 3, tmp_path / "plain", seed=0)
+    drawn = sorted(load_qrels(plain))
+    zero = drawn[0]
+    qrels.write_text(qrels.read_text().replace(f"{zero}\td{zero[1:]}\t1", f"{zero}\td{zero[1:]}\t0"))
+    train, dev = carve_dev_split(qrels, 3, tmp_path / "zero", seed=0)
+    dev_now = set(load_qrels(dev))
+    assert len(dev_now) == 3 and zero not in dev_now and set(drawn[1:]) < dev_now
+    assert zero in load_qrels(train)
