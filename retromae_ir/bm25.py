@@ -3,7 +3,9 @@
 Indexing runs ``python -m pyserini.index.lucene`` in a subprocess, so the index directory appears only when
 Lucene has finished (it is built in a temporary directory and renamed) and this process' JVM stays free
 for searching; the subprocess dies with this process. An index is reused when its manifest records the corpus
-bytes it was built from (size and SHA-256, not the path), and is built under the index folder's lock.
+bytes it was built from (size and SHA-256, not the path) and the code that built it (Pyserini's version, whose
+analyzer and indexer defaults decide the terms, and :data:`COLLECTION_VERSION`), and is built under the index
+folder's lock.
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from retromae_ir.process import run_child
 logger = logging.getLogger(__name__)
 
 MANIFEST = "retromae_ir-manifest.json"
+# bumped when the collection written for Lucene changes (what a document's contents are): an index of the old is
+# built again, and BM25 runs made from it are searched again
+COLLECTION_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -33,10 +38,19 @@ class BM25Params:
     hits: int = 1000
 
 
+def index_code() -> dict:
+    """What builds an index besides the corpus: Pyserini's version and the collection writer's."""
+    from importlib.metadata import version
+
+    return {"pyserini": version("pyserini"), "collection": COLLECTION_VERSION}
+
+
 def corpus_fingerprint(corpus: Path) -> dict:
-    """Size and SHA-256 of the corpus file: what tells whether an index was built from it (the path is kept for
-    the reader only: a rewritten file at the same path is another corpus, a copied one the same)."""
-    return {"corpus": str(corpus.resolve()), "bytes": corpus.stat().st_size, "sha256": file_digest(corpus)}
+    """Size and SHA-256 of the corpus file and :func:`index_code`: what tells whether an index was built from it
+    (the path is kept for the reader only: a rewritten file at the same path is another corpus, a copied one the
+    same)."""
+    return {"corpus": str(corpus.resolve()), "bytes": corpus.stat().st_size, "sha256": file_digest(corpus),
+            **index_code()}
 
 
 def write_json_collection(corpus: Path, out_dir: Path) -> int:
@@ -51,12 +65,12 @@ def write_json_collection(corpus: Path, out_dir: Path) -> int:
 
 
 def index_is_current(index_dir: Path, fingerprint: dict) -> bool:
-    """Built from the same corpus bytes, wherever that file lay."""
+    """Built from the same corpus bytes, wherever that file lay, by the same code."""
     manifest = index_dir / MANIFEST
     if not manifest.is_file() or not (index_dir / "lucene").is_dir():
         return False
     built = json.loads(manifest.read_text()).get("fingerprint", {})
-    return all(built.get(key) == fingerprint[key] for key in ("bytes", "sha256"))
+    return all(built.get(key) == value for key, value in fingerprint.items() if key != "corpus")
 
 
 def build_index(corpus: Path, index_dir: Path, threads: int = 2) -> Path:
@@ -147,9 +161,9 @@ class BM25Retriever:
         return f"bm25-k1_{self.params.k1:g}-b_{self.params.b:g}"
 
     def run_key(self, corpus: Path) -> dict:
-        """What its runs depend on besides the queries: the parameters and the corpus bytes."""
+        """What its runs depend on besides the queries: the parameters, the corpus bytes and the index code."""
         return {"retriever": "bm25", "k1": self.params.k1, "b": self.params.b, "hits": self.params.hits,
-                "corpus_sha256": file_digest(corpus)}
+                "corpus_sha256": file_digest(corpus), **index_code()}
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
         return open_searcher(corpus, self.index_root / index_name, self.params, self.threads).search(queries)

@@ -171,13 +171,16 @@ def test_a_run_is_reused_only_under_its_key(tmp_path, caplog):
     assert retrained.calls == 4 and "no key recorded" in caplog.text
 
 
-def test_bm25_run_key_names_its_parameters_and_the_corpus_bytes(tmp_path):
-    from retromae_ir.bm25 import BM25Params, BM25Retriever
+def test_bm25_run_key_names_its_parameters_the_corpus_bytes_and_the_index_code(tmp_path):
+    from importlib.metadata import version
+
+    from retromae_ir.bm25 import COLLECTION_VERSION, BM25Params, BM25Retriever
 
     write_part(tmp_path)
     corpus = tmp_path / "corpus.jsonl"
     default = BM25Retriever(tmp_path / "idx").run_key(corpus)
-    assert default == {"retriever": "bm25", "k1": 0.9, "b": 0.4, "hits": 1000, "corpus_sha256": file_digest(corpus)}
+    assert default == {"retriever": "bm25", "k1": 0.9, "b": 0.4, "hits": 1000, "corpus_sha256": file_digest(corpus),
+                       "pyserini": version("pyserini"), "collection": COLLECTION_VERSION}
     assert BM25Retriever(tmp_path / "idx", BM25Params(k1=1.2)).run_key(corpus)["k1"] == 1.2
 
 
