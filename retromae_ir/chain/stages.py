@@ -21,6 +21,7 @@ import yaml
 
 from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import STAGES, check_settings, pipeline_stage, stage_settings
+from retromae_ir.bm25 import index_code
 from retromae_ir.data.beir import dataset_digest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
@@ -322,7 +323,7 @@ class Chain:
                 "--dtype", "bf16" if self.bf16 else "fp32", *([] if self.lucene else ["--no-lucene"])]),
             log_file=self.log_file),
             inputs=(*([] if retriever == "bm25" else [Path(retriever)]), self.corpus, *self.train_files),
-            code={"mining": MINING_VERSION, **({} if retriever == "bm25" else RETRIEVAL_CODE)})
+            code={"mining": MINING_VERSION, **(index_code() if retriever == "bm25" else RETRIEVAL_CODE)})
 
     def finetune(self, name: str, stage: str, card: Path, data: Path | list[str], group: int) -> Path:
         """A fine-tuning stage on ``data``: a training file (mined negatives, soft labels) or qrels flags."""

@@ -9,7 +9,7 @@ from the text of that segment as pre-training at ``--max-length N`` cuts it (MAS
 generated from that passage; a document longer than one segment otherwise gives every segment its texts).
 
 Generation is long, so it is resumable: finished batches are appended (flushed and fsynced) to
-``OUTPUT.partial``; a rerun skips the ids already there, dropping a torn last line, and the partial file is
+``OUTPUT.partial``; a rerun skips the documents (or segments) already there, dropping a torn last line, and the partial file is
 renamed onto OUTPUT only when the whole corpus is done, so OUTPUT is always complete and duplicate-free.
 A partial or finished file is continued only under the same generators, options and seed (``.key.json`` beside
 each), and a record only while its passage is unchanged (``text_sha256``); the rest is generated again.
@@ -40,6 +40,7 @@ from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, key_path, read_key, write_key
 from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.data import iter_documents, segment_texts
+from retromae_ir.pretrain.side_texts import is_segment
 
 LOG = logging.getLogger(__name__)
 DEFAULT_DOC2QUERY = "castorini/doc2query-t5-base-msmarco"
@@ -133,7 +134,11 @@ def load_segmenter(model: str | None, max_length: int | None) -> Segmenter | Non
         raise ValueError(f"--segment-max-length {max_length} leaves no room for text between [CLS] and [SEP]")
     from transformers import AutoTokenizer
 
-    return Segmenter(AutoTokenizer.from_pretrained(model or default_model()), max_length)
+    tokenizer = AutoTokenizer.from_pretrained(model or default_model())
+    if not tokenizer.is_fast:
+        raise ValueError(f"--segment-tokenizer {model}: {type(tokenizer).__name__} is no fast tokenizer, and cutting "
+                         f"text into segments needs its character offsets")
+    return Segmenter(tokenizer, max_length)
 
 
 def partial_path(output: Path) -> Path:
@@ -161,8 +166,11 @@ Unit = tuple[str, "int | None"]  # (document id, segment index; None for a recor
 
 
 def unit_of(record: dict) -> Unit:
-    """What a record was generated from: a document, or one of its segments."""
-    return str(record["id"]), record.get("segment")
+    """What a record was generated from: a document, or one of its segments (a TypeError for another segment)."""
+    segment = record.get("segment")
+    if not is_segment(segment):
+        raise TypeError(f"segment {segment!r} is not a segment index")
+    return str(record["id"]), segment
 
 
 @dataclass
@@ -294,7 +302,7 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
     partial.parent.mkdir(parents=True, exist_ok=True)
     write_key(partial, key)
     done, repeated = read_done(partial)
-    LOG.info("%d documents already generated in %s", len(done), partial)
+    LOG.info("%d records already generated in %s", len(done), partial)
     pending, written = Pending(docs, done, repeated, segmenter), 0
     unit = "doc" if segmenter is None else "segment"
     with open(partial, "a", encoding="utf-8") as sink, tqdm(total=total if segmenter is None else None,

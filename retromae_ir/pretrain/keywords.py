@@ -28,8 +28,8 @@ STATS_FORMAT = "retromae_ir.corpus_stats"
 WEIGHTINGS = ("icf", "tfidf")
 # Bumped when the same statistics and seed select other keywords (a MASTER run's identity carries it, so a run is
 # never resumed under another rule). 2: tf-idf weights each occurrence by idf (a word of tf occurrences is drawn
-# with weight tf x idf, not tf^2 x idf), and a segment's first word cut from the segment before (a leading ##
-# piece) takes its row's lowest weight, not the highest (2026-11-27).
+# with weight tf x idf, not tf^2 x idf), and a word fragment (a leading ## piece: cut from the segment before, or
+# after an [UNK]) takes its row's lowest weight, not the highest (2026-11-27).
 KEYWORD_MASKING_VERSION = 2
 
 
@@ -168,14 +168,16 @@ class KeywordMasker:
         return sample_whole_words(words, ratio, generator, weights=self.weights(input_ids, words).to(input_ids.device))
 
     def weights(self, input_ids: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
-        """Float64 [B, L]: the weight of word slot j of each row at [row, j] (1 past the row's words). A row that
-        starts with a ``##`` piece (a word cut between two segments) gives that fragment its lowest weight: the
-        statistics never saw it as a word, and as an unseen word it would weigh the most."""
+        """Float64 [B, L]: the weight of word slot j of each row at [row, j] (1 past the row's words). A word that
+        starts with a ``##`` piece (cut between two segments, or after an [UNK]) is a fragment the statistics never
+        saw as a word: as an unseen word it would weigh the most, so it takes its row's lowest weight."""
         weights = torch.ones(input_ids.shape, dtype=torch.float64)
-        cut = self.tables.continuation[input_ids[:, 1].cpu()].tolist() if input_ids.shape[1] > 1 else []
+        previous = torch.nn.functional.pad(words[:, :-1], (1, 0), value=-1)
+        fragment = (words >= 0) & (words != previous) & self.tables.continuation.to(input_ids.device)[input_ids]
         for i, row in enumerate(batch_word_strings(input_ids, words, self.pieces)):
             row_weights = torch.tensor(self.weighting.weights(row), dtype=torch.float64)
-            if row and cut[i]:
-                row_weights[0] = row_weights.min()
+            fragments = words[i][fragment[i]].cpu()
+            if len(fragments):
+                row_weights[fragments] = row_weights.min()
             weights[i, :len(row)] = row_weights
         return weights

@@ -287,7 +287,7 @@ class MASTER(PretrainModel):
             raise MasterSetupError("MKP and NPR need corpus statistics: the pre-training command counts them "
                                    "itself; building MASTER directly, pass master_corpus_stats (a file from python -m "
                                    "retromae_ir.pretrain.corpus_stats --corpus CORPUS --model MODEL --output STATS, "
-                                   "or MASTER.prepare_arguments(args, corpus, model))")
+                                   "or MASTER.prepare_arguments(args, corpus, model, max_length))")
         weighting = KeywordWeighting(CorpusStats.load(args.master_corpus_stats), args.master_keyword_weighting)
         return KeywordMasker(self.tables, weighting)
 

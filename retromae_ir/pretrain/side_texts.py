@@ -56,6 +56,11 @@ class SideTexts:
                         "MASTER's pairing", len(shared), shared[0])
 
 
+def is_segment(value) -> bool:
+    """A record's ``segment``: None (a record of the whole document) or a segment index."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+
 def load_side_texts(path: str | Path, sep_token: str) -> SideTexts:
     """The texts of generate.py's JSONL; a malformed line, or a file mixing records per document and per segment,
     is refused."""
@@ -89,7 +94,7 @@ def _side_entry(line: str, sep_token: str) -> tuple[tuple[str, int | None], dict
     queries, continuation, segment = record.get("queries", []), record.get("continuation", ""), record.get("segment")
     if ("id" not in record or not isinstance(continuation, str) or not isinstance(queries, list)
             or not all(isinstance(q, str) for q in queries)
-            or not (segment is None or (isinstance(segment, int) and not isinstance(segment, bool) and segment >= 0))):
+            or not is_segment(segment)):
         return ("", None), None
     entry = {}
     if any(q.strip() for q in queries):
@@ -123,11 +128,13 @@ def check_side_texts(path: str | Path, corpus: str | Path, model: str | None = N
                 continue  # load_side_texts names the malformed line
             if isinstance(record, dict) and "id" in record:
                 recorded[str(record["id"])] = record.get("text_sha256")
-                per_segment = per_segment or "segment" in record
+                per_segment = per_segment or record.get("segment") is not None  # as load_side_texts reads it
     if per_segment:
         _check_segmenting(path, model, max_length)
     stale, unchecked, covered, documents, first = [], 0, 0, 0, None
     for docid, text in iter_documents(corpus):
+        if per_segment and not text.strip():
+            continue  # no token, no segment: nothing to pair with texts
         documents += 1
         if first is None:
             first = docid
@@ -162,9 +169,9 @@ def _check_segmenting(path: str | Path, model: str | None, max_length: int | Non
 
     made = (read_key(Path(path)) or {}).get("segments")
     if made is None:
-        log.warning("%s: per-segment side texts without a key naming how the segments were cut (not written by "
-                    "retromae_ir.pretrain.generate): not checked against this run's segments", path)
-        return
+        raise SideTextError(f"{path}: per-segment side texts without a key naming how the segments were cut "
+                            f"({Path(path).name}.key.json, written by retromae_ir.pretrain.generate beside it): segment "
+                            f"i may be another span than this run's; copy the key with the file, or generate again")
     if model is None or max_length is None:
         raise SideTextError(f"{path}: per-segment side texts need the run's model and max length to be checked")
     run = load_segmenter(model, max_length).settings()

@@ -137,3 +137,13 @@ def test_dev_never_draws_a_query_judged_only_non_relevant(tmp_path):
     dev_now = set(load_qrels(dev))
     assert len(dev_now) == 3 and zero not in dev_now and set(drawn[1:]) < dev_now
     assert zero in load_qrels(train)
+
+
+def test_same_queries_are_the_same_text_up_to_case_spacing_and_the_punctuation_around_words():
+    from retromae_ir.data.splits import normalized_query
+
+    assert normalized_query("  What causes X?") == normalized_query("what causes  x") == "what causes x"
+    assert normalized_query('"Stem cells" (in mice).') == "stem cells in mice"
+    assert normalized_query("what is c++") != normalized_query("what is c")  # inside a word, it stays
+    assert normalized_query("किताब") != normalized_query("कातिब")  # vowel signs are part of the word
+    assert normalized_query("ｒéｓｕｍé") == normalized_query("RÉSUMÉ")  # width and composed forms (NFKC)

@@ -408,9 +408,10 @@ def test_a_given_pretraining_on_a_chain_that_does_not_pretrain_is_refused(tmp_pa
 def test_trained_and_mined_stages_are_keyed_on_the_code_versions_their_outputs_depend_on(tmp_path):
     """A fine-tuning stage trains the representation the encoding code versions, and a card's negatives come from
     its index and search: a release that changes either makes them again, as it re-evaluates (BM25's negatives
-    depend on neither)."""
+    depend on neither, but on the Lucene index: Pyserini's version and the collection written for it)."""
     from types import SimpleNamespace
 
+    from retromae_ir.bm25 import index_code
     from retromae_ir.chain.stages import Chain
     from retromae_ir.encode.representation import ENCODING_VERSION
     from retromae_ir.finetune.data import MASKING_VERSION
@@ -432,4 +433,5 @@ def test_trained_and_mined_stages_are_keyed_on_the_code_versions_their_outputs_d
     assert codes == {"2-stage2": {"encoding": ENCODING_VERSION},
                      "2-mined-negatives": {"mining": MINING_VERSION, "encoding": ENCODING_VERSION,
                                            "search": SEARCH_VERSION},
-                     "1-bm25-negatives": {"mining": MINING_VERSION}}
+                     "1-bm25-negatives": {"mining": MINING_VERSION, **index_code()}}
+    assert set(index_code()) == {"pyserini", "collection"}

@@ -122,12 +122,13 @@ def test_stats_from_another_vocabulary_are_refused(tokenizer):
 
 
 def test_a_word_cut_at_the_segment_start_weighs_the_least(tokenizer):
-    """A segment may start inside a word ("##ing"): the statistics hold whole words only, so as an unseen word the
-    fragment took the highest weight of its row and was masked first."""
+    """A segment may start inside a word ("##ing"), a piece may follow an [UNK]: the statistics hold whole words
+    only, so as an unseen word the fragment took the highest weight of its row and was masked first."""
     stats = CorpusStats("minilm", len(tokenizer), 100, 1000, Counter({"cat": 2, "the": 8}))
     masker = KeywordMasker(TokenTables(tokenizer), KeywordWeighting(stats, "icf"))
-    rows = [["##ing", "the", "cat"], ["the", "cat", "##ing"]]
+    rows = [["##ing", "the", "cat"], ["the", "cat", "##ing"], ["the", "[UNK]", "##ing", "cat"]]
     input_ids, _ = pad_batch([tokenizer.convert_tokens_to_ids(r) for r in rows], tokenizer)
     weights = masker.weights(input_ids, masker.tables.words(input_ids))
     assert weights[0, :3].tolist() == [1 / 8, 1 / 8, 1 / 2]  # was [1, 1/8, 1/2]
     assert weights[1, :2].tolist() == [1 / 8, 1.0]  # "cat ##ing" inside a row is the word "cating": unseen, 1
+    assert weights[2, :3].tolist() == [1 / 8, 1 / 8, 1 / 2]  # [UNK] is no word; "##ing" after it is a fragment

@@ -138,3 +138,42 @@ def test_mixed_records_are_refused(tmp_path):
     path.write_text('{"id": "a", "segment": -1, "continuation": "x"}\n')
     with pytest.raises(DataFormatError, match=r"side.jsonl:1: expected"):
         load_side_texts(path, "[SEP]")
+
+
+def test_per_segment_texts_without_their_key_are_refused(tmp_path, tiny_bert_dir, tokenizer, corpus):
+    """Without OUTPUT.key.json nothing says how the segments were cut: segment i may be another span."""
+    side = tmp_path / "side.jsonl"
+    gen.generate_side_texts(DOCS, side, [Echo()], segmenter=gen.Segmenter(tokenizer, 8))
+    gen.key_path(side).unlink()
+    args = MasterArguments(master_tasks="gor", master_side_texts=str(side))
+    with pytest.raises(SideTextError, match=r"side.jsonl: per-segment side texts without a key"):
+        MASTER.prepare_arguments(args, corpus, str(tiny_bert_dir), 8)
+    # "segment": null is a record of the whole document, for the check as for the loader
+    side.write_text("".join(json.dumps({"id": d, "segment": None, "text_sha256": gen.text_digest(t),
+                                        "continuation": "x"}) + "\n" for d, t in DOCS))
+    assert MASTER.prepare_arguments(args, corpus, str(tiny_bert_dir), 8) == args
+    assert not load_side_texts(side, "[SEP]").per_segment
+
+
+def test_a_slow_tokenizer_is_refused_before_any_output(monkeypatch):
+    """Segments map back to text through character offsets, which only a fast tokenizer gives (in transformers 5
+    a python-backend one, e.g. some sentencepiece models): refused when loaded, before OUTPUT.partial is written."""
+    import transformers
+
+    class Slow:
+        is_fast = False
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name: Slow())
+    with pytest.raises(ValueError, match="--segment-tokenizer some/model: Slow is no fast tokenizer"):
+        gen.load_segmenter("some/model", 8)
+
+
+def test_a_record_with_a_bad_segment_ends_what_a_resume_keeps(tmp_path, tokenizer):
+    """A hand-edited partial file: the record with an unhashable segment is cut off like a torn one, not a crash."""
+    out = tmp_path / "side.jsonl"
+    partial = gen.partial_path(out)
+    partial.write_text('{"id": "short", "segment": 0, "text_sha256": "%s", "continuation": "white matter"}\n'
+                       '{"id": "long", "segment": [1], "continuation": "x"}\n' % gen.text_digest(DOCS[1][1]))
+    done, repeated = gen.read_done(partial)
+    assert done == {("short", 0): gen.text_digest(DOCS[1][1])} and not repeated
+    assert partial.read_text().count("\n") == 1
