@@ -154,6 +154,12 @@ def identity_digest(identity: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# identity keys that no flag sets: what the run's start and code versions are, named as such in a refusal
+NOT_FLAGS = {"world_size": "processes", "start_weights": "start weights", "card": "card",
+             "corpus_reader": "corpus reader", "masking": "false-negative masking rule",
+             "keyword_masking": "keyword masking rule"}
+
+
 def identity_changes(saved: dict, current: dict) -> list[str]:
     """``--flag old -> new`` for each key whose value differs (file contents shown by a digest prefix)."""
     def show(value: Any) -> str:
@@ -161,7 +167,7 @@ def identity_changes(saved: dict, current: dict) -> list[str]:
         return text[:19] if text.startswith("sha256:") else text
 
     def flag(key: str) -> str:
-        return "processes" if key == "world_size" else "--" + key.replace("_", "-")
+        return NOT_FLAGS.get(key, "--" + key.replace("_", "-"))
 
     return [f"{flag(key)} {show(saved.get(key))} -> {show(current.get(key))}"
             for key in sorted(saved.keys() | current.keys()) if saved.get(key) != current.get(key)]

@@ -99,7 +99,7 @@ def test_stage1_mine_stage2(tiny_bert_dir, scifact_slice, tmp_path):
 
 def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, scifact_slice, tmp_path, capsys):
     """The start card's weight files key the run: the same card over a checkpoint trained again in place is
-    another run, so --resume is refused, naming --start-weights."""
+    another run, so --resume is refused, naming the start weights."""
     import shutil
 
     from checkpoints import train_again_in_place
@@ -114,4 +114,4 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, sc
     train_again_in_place(start)
     with pytest.raises(SystemExit) as refused:
         finetune([*argv, "--max-steps", "3", "--resume"])
-    assert refused.value.code == 2 and "--start-weights" in capsys.readouterr().err
+    assert refused.value.code == 2 and "start weights {" in capsys.readouterr().err

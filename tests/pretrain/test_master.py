@@ -199,7 +199,7 @@ def test_checkpoint_round_trip_keeps_every_decoder(tmp_path, tiny_bert_dir, stat
     assert all(torch.equal(v, again.decoder_state_dict()[k]) for k, v in model.decoder_state_dict().items())
 
 
-def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file):
+def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file, monkeypatch, capsys):
     from retromae_ir.pretrain.__main__ import main
 
     corpus = tmp_path / "corpus.jsonl"
@@ -219,6 +219,13 @@ def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file):
     run = json.loads((out / "trainer_state" / "run.json").read_text())["identity"]
     assert run["keyword_masking"] == KEYWORD_MASKING_VERSION
     assert MASTER.code_identity(MasterArguments(master_tasks="cmp,dor")) is None
+    monkeypatch.setattr("retromae_ir.pretrain.master.KEYWORD_MASKING_VERSION", KEYWORD_MASKING_VERSION + 1)
+    with pytest.raises(SystemExit) as refused:
+        main(["--method", "master", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(out),
+              "--max-length", "16", "--batch-size", "4", "--max-steps", "3", "--logging-steps", "10",
+              "--master-corpus-stats", str(stats_file), "--master-side-texts", str(side_file), "--resume"])
+    assert refused.value.code == 2
+    assert f"keyword masking rule {KEYWORD_MASKING_VERSION} -> {KEYWORD_MASKING_VERSION + 1}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("line", ['{"queries": ["q"]}', '{"id": "a", "queries": "q"}', '{"id": "a", "queries": [1]}',
