@@ -1,7 +1,7 @@
 """The DupMAE chain on BEIR scifact (`make chain`): a thin driver over ``python -m retromae_ir.chain``.
 
     .venv/bin/python eval/chain_scifact.py                         # scifact-quick: the 1000-document sub-corpus
-    .venv/bin/python eval/chain_scifact.py --config short          # the whole corpus, one epoch a stage
+    .venv/bin/python eval/chain_scifact.py --config short          # the whole corpus, 1.5 + 2 epochs
     .venv/bin/python eval/chain_scifact.py --config short-pretrain # ... after one pass of DupMAE pre-training
     .venv/bin/python eval/chain_scifact.py --config full           # the GPU configuration
     .venv/bin/python eval/chain_scifact.py --set epochs=2 -- ...   # any other option of retromae_ir.chain
