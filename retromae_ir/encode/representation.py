@@ -153,8 +153,13 @@ def padded_head_is_faster(hidden: torch.Tensor) -> bool:
     1,638-1,776 docs/s tiled against 2,418-2,583 naive in bf16 and 1,425-1,498 against 1,682-1,694 in fp32, in
     every round; with this route chosen, 2,430 against 1,602 in bf16 and within noise in fp32
     (runs/gpu-h100/route-after-change.log). Under a graph the naive route would keep [16, L, V] logits for the
-    backward, so training keeps the tiled one."""
-    return hidden.device.type == "cuda" and not torch.is_grad_enabled()  # measured on CUDA only
+    backward, so training keeps the tiled one, and so does training's graph-less pass (the gradient cache's first
+    pass, calibration: ``no_grad``, not inference mode), whose vectors must be the ones the graph pass makes:
+    rounding apart, top-k cuts them differently. Encoding runs in inference mode."""
+    return hidden.device.type in PADDED_ROUTE_DEVICES and torch.is_inference_mode_enabled()
+
+
+PADDED_ROUTE_DEVICES = ("cuda",)  # measured on CUDA only
 
 
 # [256, 4096] fp32 logits (4 MiB) a tile. On AMD's AVX-512 EPYC, over two runs of the head alone on scifact's

@@ -165,9 +165,11 @@ def test_an_accelerator_without_a_graph_takes_the_padded_route():
 
     on_cuda = SimpleNamespace(device=torch.device("cuda"))
     on_cpu, unmeasured = torch.zeros(2, 3), torch.zeros(2, 3, device="meta")
-    with torch.no_grad():
+    with torch.inference_mode():
         assert padded_head_is_faster(on_cuda)
         assert not padded_head_is_faster(on_cpu) and not padded_head_is_faster(unmeasured)
+    with torch.no_grad():  # training's graph-less passes (the gradient cache's first): the graph pass's route
+        assert not padded_head_is_faster(on_cuda)
     with torch.enable_grad():
         assert not padded_head_is_faster(on_cuda)
 

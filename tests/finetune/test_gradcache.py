@@ -50,3 +50,21 @@ def test_gradient_cache_replays_dropout(tiny_bert_dir):
     assert cached_losses["loss"].item() == pytest.approx(losses["loss"].item(), rel=1e-6)
     for name, grad in gradients(model).items():
         torch.testing.assert_close(cached[name], grad, rtol=1e-4, atol=3e-5, msg=name)
+
+
+def test_both_passes_of_the_gradient_cache_take_the_route_of_the_graph(tiny_bert_dir, monkeypatch):
+    """Where encoding takes the padded head (a CUDA GPU, stood in for by the CPU here), the gradient cache's first,
+    graph-less pass took it too while the graph pass took the tiled one: rounding apart, top-k cut the two passes'
+    OT vectors differently, and the cached gradients fell on entries the second pass did not keep."""
+    import retromae_ir.encode.representation as representation
+
+    monkeypatch.setattr(representation, "PADDED_ROUTE_DEVICES", ("cpu",))
+    calls = []
+    naive = representation.max_pool_logits_naive
+    monkeypatch.setattr(representation, "max_pool_logits_naive", lambda *a, **k: calls.append(1) or naive(*a, **k))
+    model = tiny_bi_encoder(tiny_bert_dir, "2", "dupmae")
+    run(model, full_batch(model), 3)
+    assert calls == []
+    with torch.inference_mode():  # encoding still takes it
+        model.encoder.encode_passage(["cells divide by mitosis"])
+    assert calls == [1]
