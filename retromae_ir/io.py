@@ -181,6 +181,20 @@ def checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
     return checkpoint_file_digests(checkpoint) if Path(checkpoint).is_dir() else str(checkpoint)
 
 
+def loaded_checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
+    """:func:`checkpoint_key` of a checkpoint already loaded: a hub name by the files of the cached snapshot the
+    load found or fetched (another revision is another key), not by its name; the name when none is cached."""
+    if Path(checkpoint).is_dir():
+        return checkpoint_file_digests(checkpoint)
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        config = try_to_load_from_cache(str(checkpoint), "config.json")
+    except ValueError:  # not a hub name (owner/name)
+        config = None
+    return checkpoint_file_digests(Path(config).parent) if isinstance(config, str) else str(checkpoint)
+
+
 def pairs_digest(pairs) -> str:
     """sha256 of (key, text) string pairs, length-prefixed so that no two sequences share one: a corpus's documents
     or a topic set's queries, by content."""
