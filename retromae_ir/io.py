@@ -181,18 +181,31 @@ def checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
     return checkpoint_file_digests(checkpoint) if Path(checkpoint).is_dir() else str(checkpoint)
 
 
-def loaded_checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
-    """:func:`checkpoint_key` of a checkpoint already loaded: a hub name by the files of the cached snapshot the
-    load found or fetched (another revision is another key), not by its name; the name when none is cached."""
+def cached_checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
+    """:func:`checkpoint_key`, with a hub name keyed by the files of its cached snapshot where that holds weights
+    (the revision a load finds, or has just fetched: another revision is another key); by its name otherwise."""
     if Path(checkpoint).is_dir():
         return checkpoint_file_digests(checkpoint)
+    snapshot = cached_snapshot(str(checkpoint))
+    return (snapshot_digests(snapshot) if snapshot is not None else {}) or str(checkpoint)
+
+
+def cached_snapshot(name: str) -> Path | None:
+    """The folder of hub checkpoint ``name``'s cached snapshot (the revision ``refs/main`` names), if cached."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        config = try_to_load_from_cache(str(checkpoint), "config.json")
-    except ValueError:  # not a hub name (owner/name)
-        config = None
-    return checkpoint_file_digests(Path(config).parent) if isinstance(config, str) else str(checkpoint)
+        config = try_to_load_from_cache(name, "config.json")
+    except (ValueError, OSError):  # not a hub name (owner/name), an unreadable cache
+        return None
+    return Path(config).parent if isinstance(config, str) else None
+
+
+def snapshot_digests(folder: str | os.PathLike) -> dict[str, str]:
+    """:func:`checkpoint_file_digests` of a hub snapshot, {} until its weights are there (a snapshot may hold only
+    the config and tokenizer fetched so far): never a key that two revisions of other weights share."""
+    digests = checkpoint_file_digests(folder)
+    return digests if any(name.endswith((".safetensors", ".bin")) for name in digests) else {}
 
 
 def pairs_digest(pairs) -> str:

@@ -1,5 +1,6 @@
 """Atomic writes keep the user's umask; one writer per output."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -128,36 +129,52 @@ def test_a_folder_replaced_after_its_check_is_a_one_line_error_exit_2(tmp_path, 
     assert len(err) == 1 and err[0].startswith("error: ") and "was replaced by another process" in err[0]
 
 
-def test_a_loaded_hub_checkpoint_is_keyed_by_its_cached_revision(tmp_path, monkeypatch):
-    """A hub name keyed by its name resumed a cross-encoder's partial scores after a newer revision was fetched:
-    one file of two teachers. Keyed by the cached snapshot's files, another revision is another key."""
-    from retromae_ir.io import checkpoint_file_digests, loaded_checkpoint_key
+def test_a_hub_checkpoint_is_keyed_by_its_cached_revision(tmp_path, monkeypatch):
+    """A hub name keyed by its name resumed a cross-encoder's partial scores after a newer revision was fetched
+    (one file of two teachers), and kept a chain's scored file current. Keyed by the cached snapshot's files,
+    another revision is another key; a snapshot without weights yet is no key at all (the name stands)."""
+    from types import SimpleNamespace
+
+    from retromae_ir.chain.stages import artifact_digest
+    from retromae_ir.io import cached_checkpoint_key, checkpoint_file_digests
+    from retromae_ir.rerank.score import score_key
 
     cache = tmp_path / "hub"
     repo = cache / "models--someone--reranker"
 
-    def revision(commit: str, weights: bytes) -> None:
+    def revision(commit: str, weights: bytes | None) -> None:
         snapshot = repo / "snapshots" / commit
         snapshot.mkdir(parents=True)
         (snapshot / "config.json").write_text("{}")
-        (snapshot / "model.safetensors").write_bytes(weights)
+        if weights is not None:
+            (snapshot / "model.safetensors").write_bytes(weights)
         (repo / "refs").mkdir(exist_ok=True)
         (repo / "refs" / "main").write_text(commit)
 
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
-    assert loaded_checkpoint_key("someone/reranker") == "someone/reranker"  # nothing cached: the name
+    assert cached_checkpoint_key("someone/reranker") == "someone/reranker"  # nothing cached: the name
+    revision("0" * 40, None)
+    assert cached_checkpoint_key("someone/reranker") == "someone/reranker"  # no weights yet: the name
     revision("a" * 40, b"old")
-    old = loaded_checkpoint_key("someone/reranker")
+    old = cached_checkpoint_key("someone/reranker")
     assert old == checkpoint_file_digests(repo / "snapshots" / ("a" * 40)) and "model.safetensors" in old
     revision("b" * 40, b"new")
-    assert loaded_checkpoint_key("someone/reranker") not in (old, "someone/reranker")
-    from types import SimpleNamespace
-
-    from retromae_ir.rerank.score import score_key
-
+    new = cached_checkpoint_key("someone/reranker")
+    assert new not in (old, "someone/reranker")
+    assert artifact_digest(Path("someone/reranker")) == new  # the chain's soft-label stage input
     scored = tmp_path / "mined.jsonl"
     scored.write_text("")
     model = SimpleNamespace(args=SimpleNamespace(model="someone/reranker", max_length=256))
-    key = score_key(model, SimpleNamespace(input=str(scored), corpus=None))
-    assert key["model_weights"] == loaded_checkpoint_key("someone/reranker") != old
-    assert loaded_checkpoint_key(tmp_path) == checkpoint_file_digests(tmp_path)  # a local folder as checkpoint_key
+    assert score_key(model, SimpleNamespace(input=str(scored), corpus=None))["model_weights"] == new
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "config.json").write_text("{}")
+    assert cached_checkpoint_key(local) == checkpoint_file_digests(local) != {}  # a local folder: checkpoint_key
+
+
+@pytest.mark.parametrize("name", ["C:\\models\\x", "my model", "../x", "a/b/c", "x" * 200])
+def test_a_name_that_is_no_hub_name_is_keyed_by_itself(name, tmp_path, monkeypatch):
+    from retromae_ir.io import cached_checkpoint_key
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    assert cached_checkpoint_key(name) == name

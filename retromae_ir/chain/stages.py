@@ -26,7 +26,7 @@ from retromae_ir.data.beir import dataset_digest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
 from retromae_ir.finetune.data import MASKING_VERSION
-from retromae_ir.io import as_stored, atomic_write, checkpoint_key, file_digest
+from retromae_ir.io import as_stored, atomic_write, cached_checkpoint_key, checkpoint_key, file_digest
 from retromae_ir.mine import MINING_VERSION
 from retromae_ir.packaged import default_model
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
@@ -70,21 +70,21 @@ def grad_cache_flags(config: ChainConfig, group: int) -> list[str]:
 def artifact_digest(path: Path) -> dict | str:
     """What a stage's output (or an input it reads) is keyed by, wherever the chain's folder lies: a card by its
     fingerprint but the checkpoint's path, and the files of the checkpoint it names (weights, config, tokenizer:
-    what a stage reading the card trains from); a checkpoint folder (or its ``config.json``) by those files; any
-    other file by its bytes. A card that cannot be loaded is keyed by why, so it is never current."""
+    what a stage reading the card trains from; a hub name's cached revision's); a checkpoint folder (or its
+    ``config.json``) by those files; any other file by its bytes. A card that cannot be loaded is keyed by why, so it is never current."""
     from retromae_ir.encode.cards import CardError, load_card
 
     path = Path(path)
     if path.suffix == ".yaml":
         try:
             card = load_card(path)
-            checkpoint = checkpoint_key(card.checkpoint_path())
+            checkpoint = cached_checkpoint_key(card.checkpoint_path())
         except CardError as error:
             return f"not found: {error}"
         return {"card": dataclasses.replace(card, checkpoint="").fingerprint(), "checkpoint": checkpoint}
     if path.name == "config.json":
         path = path.parent
-    return file_digest(path) if path.is_file() else checkpoint_key(path)  # a folder, or a hub name (a teacher)
+    return file_digest(path) if path.is_file() else cached_checkpoint_key(path)  # a folder, or a hub name
 
 
 def artifact_label(path: Path) -> str:

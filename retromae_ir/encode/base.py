@@ -216,7 +216,9 @@ class EncoderModel(torch.nn.Module):
         raise NotImplementedError
 
     def represent(self, input_ids, attention_mask, k: int | None):
-        """(dense [B, d'], sparse [B, V] with at most k non-zeros per row, or None) as float tensors."""
+        """(dense [B, d'], sparse [B, V] with at most k non-zeros per row, or None) as float tensors. On a CUDA GPU
+        the OT side takes the fast padded route in inference mode only (as :meth:`encode` runs): call it under
+        ``torch.inference_mode()``, not ``no_grad``, to encode (``representation.padded_head_is_faster``)."""
         raise NotImplementedError
 
     def _dense(self, pooled: torch.Tensor) -> torch.Tensor:

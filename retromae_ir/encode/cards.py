@@ -118,7 +118,7 @@ class EncoderCard:
         key; {} when the hub name is not cached): a checkpoint trained again into the same folder, or its tokenizer
         edited there, keeps the card's fingerprint but not these."""
         from retromae_ir.encode.declared import UnknownFile, checkpoint_file
-        from retromae_ir.io import checkpoint_file_digests
+        from retromae_ir.io import checkpoint_file_digests, snapshot_digests
 
         checkpoint = Path(self.checkpoint_path())
         if checkpoint.is_dir():
@@ -127,9 +127,7 @@ class EncoderCard:
             config = checkpoint_file(self.checkpoint_path(), "config.json")
         except UnknownFile:
             return {}
-        digests = checkpoint_file_digests(Path(config).parent) if config is not None else {}
-        # a snapshot without its weights yet (only config.json fetched) is not known: {} rather than a partial key
-        return digests if any(name.endswith((".safetensors", ".bin")) for name in digests) else {}
+        return snapshot_digests(Path(config).parent) if config is not None else {}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -105,8 +105,8 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     cost nothing. BERT's head (:func:`split_lm_head`) runs its transform (dense, activation, LayerNorm) once on
     the packed rows, and its decoder (the tied word embeddings, plus bias) on tiles of at most ``rows`` packed
     rows (:data:`CPU_ROWS` on a CPU, :data:`ACCELERATOR_ROWS` elsewhere, when None) by ``vocab_tile`` vocabulary
-    entries, so [rows, vocab_tile] is the largest logits tensor. On a CUDA GPU without a graph and with
-    ``rows`` None, :func:`max_pool_logits_naive` runs instead (:func:`padded_head_is_faster`). Row tiles are
+    entries, so [rows, vocab_tile] is the largest logits tensor. On a CUDA GPU in inference mode (encoding) and
+    with ``rows`` None, :func:`max_pool_logits_naive` runs instead (:func:`padded_head_is_faster`). Row tiles are
     ``rows`` consecutive packed rows whatever the documents (:func:`row_tiles`), so every product but the last has
     its full height; each document's part of a tile is reduced with ``amax`` into its row
     (``index_reduce_(..., "amax")`` over a tile of more than :data:`SEGMENT_LOOP` documents, or of more than one

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
 from retromae_ir.finetune.data import check_ids_corpus, load_passages, read_jsonl_examples
-from retromae_ir.io import as_stored, file_digest, key_path, loaded_checkpoint_key, read_key, write_key
+from retromae_ir.io import as_stored, cached_checkpoint_key, file_digest, key_path, read_key, write_key
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +46,10 @@ def _completed(partial: Path) -> int:
 
 
 def score_key(model, args: ScoreArguments) -> dict:
-    """What the scores depend on: the cross-encoder's weight and tokenizer files (a hub name's revision as loaded)
-    and max length, the input and corpus bytes, and the format (2: every listed negative scored; a partial file of format 1 skipped a negative
-    repeating a positive, and its scores would be misaligned with the record)."""
-    return {"format": 2, "model_weights": loaded_checkpoint_key(model.args.model),
+    """What the scores depend on: the cross-encoder's weight and tokenizer files (a hub name's cached revision) and
+    max length, the input and corpus bytes, and the format (2: every listed negative scored; a partial file of
+    format 1 skipped a negative repeating a positive, and its scores would be misaligned with the record)."""
+    return {"format": 2, "model_weights": cached_checkpoint_key(model.args.model),
             "max_length": model.args.max_length, "input_sha256": file_digest(args.input),
             "corpus_sha256": file_digest(args.corpus) if args.corpus else None}
 

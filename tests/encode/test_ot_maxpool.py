@@ -155,10 +155,10 @@ def test_bad_tile_sizes_are_refused(mlm, batch):
             max_pool_logits(mlm.cls, hidden, mask, **sizes)
 
 
-def test_an_accelerator_without_a_graph_takes_the_padded_route():
-    """The route is chosen by device and graph: the packed, tiled one on a CPU (and any device it was not measured
-    on) and whenever gradients flow; the padded per-chunk head on a CUDA GPU at inference (a stand-in with a
-    CUDA device here)."""
+def test_an_accelerator_in_inference_mode_takes_the_padded_route():
+    """The route is chosen by device and mode: the packed, tiled one on a CPU (and any device it was not measured
+    on) and in training, graph-less passes (``no_grad``: the gradient cache's first, calibration) included; the
+    padded per-chunk head on a CUDA GPU in inference mode, i.e. encoding (a stand-in with a CUDA device here)."""
     from types import SimpleNamespace
 
     from retromae_ir.encode.representation import padded_head_is_faster
