@@ -71,7 +71,8 @@ def artifact_digest(path: Path) -> dict | str:
     """What a stage's output (or an input it reads) is keyed by, wherever the chain's folder lies: a card by its
     fingerprint but the checkpoint's path, and the files of the checkpoint it names (weights, config, tokenizer:
     what a stage reading the card trains from; a hub name's cached revision's); a checkpoint folder (or its
-    ``config.json``) by those files; any other file by its bytes. A card that cannot be loaded is keyed by why, so it is never current."""
+    ``config.json``) by those files; any other file by its bytes. A card that cannot be loaded is keyed by why, so
+    it is never current."""
     from retromae_ir.encode.cards import CardError, load_card
 
     path = Path(path)
