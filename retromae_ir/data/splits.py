@@ -78,7 +78,8 @@ def dev_sample(candidates: list[str], size: int, seed: int, barred: set[str], so
         others = sorted(set(candidates) - dev - barred)
         if len(others) < len(drawn):
             raise ValueError(f"{source}: a dev split of {size} queries needs {size} training queries that are not "
-                             f"evaluated queries, their twins or judged only non-relevant; there are {len(set(candidates) - barred)}")
+                             f"evaluated queries, their twins or judged only non-relevant; there are "
+                             f"{len(set(candidates) - barred)}")
         dev = (dev - drawn) | set(rng.sample(others, len(drawn)))
     return dev
 

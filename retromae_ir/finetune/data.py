@@ -210,8 +210,8 @@ def _nonempty(examples: list[TrainExample], path) -> list[TrainExample]:
 def with_twin_positives(examples: list[TrainExample], source=None) -> list[TrainExample]:
     """Each example with the positives of the other queries of its text (case, spacing and punctuation aside:
     scifact's train split has such twins, judged differently), which false-negative masking leaves out of its
-    in-batch pool too, and without a listed negative that is one of them (with its teacher score; mining never lists one, a hand-made
-    file may)."""
+    in-batch pool too, and without a listed negative that is one of them (with its teacher score; mining never
+    lists one, a hand-made file may)."""
     from retromae_ir.data.splits import normalized_query
 
     judged: dict[str, list[str]] = {}

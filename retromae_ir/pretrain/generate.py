@@ -9,8 +9,9 @@ from the text of that segment as pre-training at ``--max-length N`` cuts it (MAS
 generated from that passage; a document longer than one segment otherwise gives every segment its texts).
 
 Generation is long, so it is resumable: finished batches are appended (flushed and fsynced) to
-``OUTPUT.partial``; a rerun skips the documents (or segments) already there, dropping a torn last line, and the partial file is
-renamed onto OUTPUT only when the whole corpus is done, so OUTPUT is always complete and duplicate-free.
+``OUTPUT.partial``; a rerun skips the documents (or segments) already there, dropping a torn last line, and the
+partial file is renamed onto OUTPUT only when the whole corpus is done, so OUTPUT is always complete and
+duplicate-free.
 A partial or finished file is continued only under the same generators, options and seed (``.key.json`` beside
 each), and a record only while its passage is unchanged (``text_sha256``); the rest is generated again.
 Sampling is seeded per batch from (seed, first id of the batch), so a resumed run writes the same texts as
@@ -125,22 +126,6 @@ def load_continuation_generator(name: str, device: str, **options) -> Continuati
     return ContinuationGenerator(model, AutoTokenizer.from_pretrained(name), **options)
 
 
-def load_segmenter(model: str | None, max_length: int | None) -> Segmenter | None:
-    """The segmenter of pre-training at ``max_length`` with ``model``'s tokenizer (the packaged MiniLM when None);
-    None without a max length (a record per document)."""
-    if max_length is None:
-        return None
-    if max_length < 3:
-        raise ValueError(f"--segment-max-length {max_length} leaves no room for text between [CLS] and [SEP]")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model or default_model())
-    if not tokenizer.is_fast:
-        raise ValueError(f"--segment-tokenizer {model}: {type(tokenizer).__name__} is no fast tokenizer, and cutting "
-                         f"text into segments needs its character offsets")
-    return Segmenter(tokenizer, max_length)
-
-
 def partial_path(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
 
@@ -187,6 +172,22 @@ class Segmenter:
 
     def __call__(self, text: str) -> list[str]:
         return segment_texts(text, self.tokenizer, self.max_length)
+
+
+def load_segmenter(model: str | None, max_length: int | None) -> Segmenter | None:
+    """The segmenter of pre-training at ``max_length`` with ``model``'s tokenizer (the packaged MiniLM when None);
+    None without a max length (a record per document)."""
+    if max_length is None:
+        return None
+    if max_length < 3:
+        raise ValueError(f"--segment-max-length {max_length} leaves no room for text between [CLS] and [SEP]")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model or default_model())
+    if not tokenizer.is_fast:
+        raise ValueError(f"--segment-tokenizer {model}: {type(tokenizer).__name__} is no fast tokenizer, and cutting "
+                         f"text into segments needs its character offsets")
+    return Segmenter(tokenizer, max_length)
 
 
 def read_done(path: Path) -> tuple[dict[Unit, str | None], set[Unit]]:

@@ -170,8 +170,9 @@ def _check_segmenting(path: str | Path, model: str | None, max_length: int | Non
     made = (read_key(Path(path)) or {}).get("segments")
     if made is None:
         raise SideTextError(f"{path}: per-segment side texts without a key naming how the segments were cut "
-                            f"({Path(path).name}.key.json, written by retromae_ir.pretrain.generate beside it): segment "
-                            f"i may be another span than this run's; copy the key with the file, or generate again")
+                            f"({Path(path).name}.key.json, written by retromae_ir.pretrain.generate beside it): "
+                            f"segment i may be another span than this run's; copy the key with the file, or generate "
+                            f"again")
     if model is None or max_length is None:
         raise SideTextError(f"{path}: per-segment side texts need the run's model and max length to be checked")
     run = load_segmenter(model, max_length).settings()
