@@ -22,7 +22,6 @@ per-task token means, as in the authors' code). A row without the text a task ne
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +32,6 @@ from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.models.bert.modeling_bert import BertLayer
 
-from retromae_ir.data.readers import DataFormatError
 from retromae_ir.pretrain.base import EncoderOutput, PretrainModel, token_cross_entropy
 from retromae_ir.pretrain.collate import EncoderMLMCollator, Segment, TokenTables, pad_batch
 from retromae_ir.pretrain.keywords import (KEYWORD_MASKING_VERSION, WEIGHTINGS, CorpusStats, KeywordMasker,
