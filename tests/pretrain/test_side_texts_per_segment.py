@@ -177,3 +177,26 @@ def test_a_record_with_a_bad_segment_ends_what_a_resume_keeps(tmp_path, tokenize
     done, repeated = gen.read_done(partial)
     assert done == {("short", 0): gen.text_digest(DOCS[1][1])} and not repeated
     assert partial.read_text().count("\n") == 1
+
+
+def test_the_documented_commands_generate_per_segment_and_pretrain_on_them(tmp_path, tiny_bert_dir, corpus, capsys,
+                                                                          monkeypatch):
+    """`generate --segment-tokenizer MODEL --segment-max-length N` then `pretrain --method master --max-length N`
+    trains; the same texts under `--max-length` 16 are refused before training (exit 2, nothing written)."""
+    from pretrain_helpers import refused
+
+    from retromae_ir.pretrain.__main__ import main as pretrain
+
+    monkeypatch.setattr(gen, "load_continuation_generator", lambda *args, **kwargs: Echo())
+    side = tmp_path / "side.jsonl"
+    assert gen.main(["--corpus", str(corpus), "--output", str(side), "--doc2query-model", "none", "--gpt2-model",
+                     "echo", "--segment-tokenizer", str(tiny_bert_dir), "--segment-max-length", "8"]) == 0
+    records = [json.loads(line) for line in side.read_text().splitlines()]
+    assert [(r["id"], r["segment"]) for r in records] == [("long", 0), ("long", 1), ("long", 2), ("short", 0),
+                                                          ("split", 0)]
+    argv = ["--method", "master", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--batch-size", "2",
+            "--max-steps", "2", "--logging-steps", "10", "--master-tasks", "gor", "--master-side-texts", str(side)]
+    line = refused(pretrain, argv + ["--output", str(tmp_path / "other"), "--max-length", "16"], capsys)
+    assert "cut by --segment-max-length 8" in line and not (tmp_path / "other" / "loss.csv").exists()
+    pretrain(argv + ["--output", str(tmp_path / "run"), "--max-length", "8"])
+    assert "gor" in (tmp_path / "run" / "loss.csv").read_text().splitlines()[0].split(",")
