@@ -164,8 +164,11 @@ def _mine_into(args: MiningArguments) -> Path:
     with atomic_write(args.output) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    with atomic_write(f"{args.output}.args.json") as handle:  # the corpus's digest: its ids name its passages
-        json.dump({**asdict(args), "corpus_sha256": file_digest(args.corpus)}, handle, indent=2)
+    # the corpus's digest (its ids name its passages) and the training qrels' (a dev split carved again since
+    # would hold some of these queries: training on them is refused, finetune.data.check_made_from)
+    with atomic_write(f"{args.output}.args.json") as handle:
+        json.dump({**asdict(args), "corpus_sha256": file_digest(args.corpus), "qrels_sha256": file_digest(args.qrels)},
+                  handle, indent=2)
     logger.info("%s: %d queries, %.1f negatives each (ranks %d-%d, %s)", args.output, len(records),
                 sum(len(r["negatives"]) for r in records) / len(records), args.min_rank, args.max_rank, args.retriever)
     return Path(args.output)

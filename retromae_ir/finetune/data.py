@@ -57,11 +57,10 @@ def load_passages(path: str | Path) -> dict[str, str]:
     return {doc.docid: doc.contents for doc in docs}
 
 
-def check_ids_corpus(path: str | Path, corpus: str | Path) -> None:
-    """Refuse a training file whose passage ids were taken from another corpus than ``corpus`` (as its maker
-    recorded: ``mine``'s ``PATH.args.json``, ``rerank score``'s ``PATH.key.json``): the ids would resolve to
-    unrelated passages of this one wherever they exist. Files without a record (made by hand) are not checked."""
-    from retromae_ir.io import file_digest, key_path
+def made_from(path: str | Path) -> dict:
+    """What a training file was made from, as its maker recorded it (``mine``'s ``PATH.args.json``, ``rerank
+    score``'s ``PATH.key.json``); {} for a file made by hand."""
+    from retromae_ir.io import key_path
 
     sidecar = Path(f"{path}.args.json")
     if not sidecar.is_file():
@@ -70,11 +69,27 @@ def check_ids_corpus(path: str | Path, corpus: str | Path) -> None:
         record = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
     except ValueError as error:
         raise DataFormatError(f"{sidecar}: not the JSON record of what {path} was made from ({error})") from None
-    recorded = record.get("corpus_sha256") if isinstance(record, dict) else None
-    if recorded and recorded != file_digest(corpus):
-        made_from = record.get("corpus") or f"sha256 {recorded[:12]}"
-        raise DataFormatError(f"{path}: its passage ids were taken from another corpus ({made_from}) than --corpus "
+    return record if isinstance(record, dict) else {}
+
+
+def check_made_from(path: str | Path, corpus: str | Path | None) -> None:
+    """Refuse a training file whose passage ids were taken from another corpus than ``corpus`` (the ids would
+    resolve to unrelated passages of this one wherever they exist), or whose queries were drawn from a training
+    qrels file that has changed since (a dev split carved again with another size or seed: some of its queries
+    would now be dev queries, trained on). Files without a record (made by hand) are not checked, nor a qrels file
+    no longer where it was recorded."""
+    from retromae_ir.io import file_digest
+
+    record = made_from(path)
+    recorded = record.get("corpus_sha256")
+    if corpus and recorded and recorded != file_digest(corpus):
+        source = record.get("corpus") or f"sha256 {recorded[:12]}"
+        raise DataFormatError(f"{path}: its passage ids were taken from another corpus ({source}) than --corpus "
                               f"{corpus}: give the corpus it was made from")
+    qrels, digest = record.get("qrels"), record.get("qrels_sha256")
+    if qrels and digest and Path(qrels).is_file() and file_digest(qrels) != digest:
+        raise DataFormatError(f"{path}: its queries were drawn from {qrels}, which has changed since (a dev split "
+                              f"carved again?): some may now be held out; mine them again from the current file")
 
 
 def _passage(item, corpus: dict[str, str] | None, where: str) -> str:
@@ -233,8 +248,8 @@ def with_twin_positives(examples: list[TrainExample], source=None) -> list[Train
 def load_examples(data, need_scores: bool = False, in_batch: bool = True) -> list[TrainExample]:
     """The examples ``DataArguments`` point to, checked against the group size (and teacher scores). ``in_batch``:
     the model also learns from in-batch negatives, so positives alone (``--group-size 1``) are a way to train."""
-    if data.train is not None and data.corpus:
-        check_ids_corpus(data.train, data.corpus)  # before reading a corpus of millions of passages
+    if data.train is not None:
+        check_made_from(data.train, data.corpus)  # before reading a corpus of millions of passages
     corpus = load_passages(data.corpus) if data.corpus else None
     if data.train is None:
         examples = read_qrels_examples(data.queries, data.qrels, corpus, data.min_relevance)

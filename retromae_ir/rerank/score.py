@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
-from retromae_ir.finetune.data import check_ids_corpus, load_passages, read_jsonl_examples
+from retromae_ir.finetune.data import check_made_from, load_passages, made_from, read_jsonl_examples
 from retromae_ir.io import as_stored, cached_checkpoint_key, file_digest, key_path, read_key, write_key
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,7 @@ def _resume(partial: Path, key: dict) -> int:
 
 
 def score_file(model, args: ScoreArguments) -> Path:
-    if args.corpus:
-        check_ids_corpus(args.input, args.corpus)
+    check_made_from(args.input, args.corpus)
     corpus = load_passages(args.corpus) if args.corpus else None
     examples = read_jsonl_examples(args.input, corpus, drop_positive_negatives=False)  # scores align with the file
     records = [json.loads(line) for _, line in iter_lines(args.input)]
@@ -91,7 +90,8 @@ def score_file(model, args: ScoreArguments) -> Path:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 offset = end
             out.flush()
-    write_key(partial, {**read_key(partial), "corpus": args.corpus})  # what they were made from (check_ids_corpus)
+    source = {key: made_from(args.input).get(key) for key in ("qrels", "qrels_sha256")}  # passed on, with the corpus
+    write_key(partial, {**read_key(partial), "corpus": args.corpus, **source})  # what check_made_from reads
     key_path(output).unlink(missing_ok=True)  # between the renames OUTPUT has no key: never an earlier one's
     os.replace(partial, output)
     os.replace(key_path(partial), key_path(output))

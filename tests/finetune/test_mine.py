@@ -88,6 +88,10 @@ def test_documents_judged_relevant_below_min_relevance_are_no_negatives(tmp_path
     args = MiningArguments("bm25", str(corpus), str(topics), str(qrels), str(tmp_path / "neg.jsonl"),
                            min_rank=1, max_rank=5, negatives=10, seed=7, min_relevance=2)
     mining._mine_into(args)
+    from retromae_ir.io import file_digest
+
+    made = json.loads((tmp_path / "neg.jsonl.args.json").read_text())  # what check_made_from reads
+    assert (made["qrels_sha256"], made["corpus_sha256"]) == (file_digest(qrels), file_digest(corpus))
     records = {r["qid"]: r for r in map(json.loads, (tmp_path / "neg.jsonl").read_text().splitlines())}
     # q1: d2 (its own label 1) and d3 (its twin q2's label 1) left out; q3: d4, judged 0, is a fair negative
     assert {q: (r["positives"], r["negatives"]) for q, r in records.items()} == {

@@ -216,3 +216,33 @@ def test_ids_taken_from_another_corpus_are_refused_down_the_chain(cross_encoder,
         load_examples(DataArguments(train=str(scored), corpus=str(other)))
     mined.with_name("neg.jsonl.args.json").unlink()  # a hand-made file: nothing to check it against
     assert load_examples(DataArguments(train=str(mined), corpus=str(other)))
+
+
+def test_a_file_mined_from_qrels_that_changed_since_is_refused(cross_encoder, tmp_path):
+    """mine, then a dev split carved again (another size or seed) into the same train.tsv: the mined queries may
+    now be dev queries, and training on them chose settings on queries it had learnt (exit 0). mine records the
+    qrels' digest, rerank score passes it on, training and scoring check it."""
+    from retromae_ir.data.readers import DataFormatError
+    from retromae_ir.finetune.arguments import DataArguments
+    from retromae_ir.finetune.data import load_examples
+
+    corpus, qrels = tmp_path / "corpus.jsonl", tmp_path / "train.tsv"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    mined = tmp_path / "neg.jsonl"
+    mined.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    made = {"corpus": str(corpus), "corpus_sha256": file_digest(corpus), "qrels": str(qrels),
+            "qrels_sha256": file_digest(qrels)}
+    (tmp_path / "neg.jsonl.args.json").write_text(json.dumps(made))
+    scored = score_file(cross_encoder, ScoreArguments(str(mined), str(tmp_path / "scored.jsonl"), str(corpus)))
+    assert json.loads((tmp_path / "scored.jsonl.key.json").read_text())["qrels_sha256"] == file_digest(qrels)
+    assert load_examples(DataArguments(train=str(scored), corpus=str(corpus)), need_scores=True)
+    qrels.write_text("query-id\tcorpus-id\tscore\nq2\td2\t1\n")  # carved again
+    changed = r"its queries were drawn from .*train.tsv, which has changed since"
+    for path in (mined, scored):
+        with pytest.raises(DataFormatError, match=rf"{path.name}: {changed}"):
+            load_examples(DataArguments(train=str(path), corpus=str(corpus)))
+    with pytest.raises(DataFormatError, match=rf"neg.jsonl: {changed}"):
+        score_file(cross_encoder, ScoreArguments(str(mined), str(tmp_path / "again.jsonl"), str(corpus)))
+    qrels.unlink()  # no longer where it was recorded: nothing to check against
+    assert load_examples(DataArguments(train=str(mined), corpus=str(corpus)))
