@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -149,6 +150,7 @@ def run(args: MiningArguments) -> Path:
 
 def _mine_into(args: MiningArguments) -> Path:
     topics = load_topics(args.queries)
+    qrels_digest = file_digest(args.qrels)  # of the judgements read here, whatever happens to the file meanwhile
     qrels = load_qrels(args.qrels)
     positives = judged_positives(qrels, args.min_relevance)
     missing = sorted(set(positives) - set(topics))
@@ -164,11 +166,12 @@ def _mine_into(args: MiningArguments) -> Path:
     with atomic_write(args.output) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    # the corpus's digest (its ids name its passages) and the training qrels' (a dev split carved again since
-    # would hold some of these queries: training on them is refused, finetune.data.check_made_from)
+    # the corpus's digest (its ids name its passages) and the training qrels', with their place relative to this
+    # file (a dev split carved again since may hold some of these queries: finetune.data.check_made_from)
+    here = os.path.relpath(Path(args.qrels).resolve(), Path(args.output).resolve().parent)
     with atomic_write(f"{args.output}.args.json") as handle:
-        json.dump({**asdict(args), "corpus_sha256": file_digest(args.corpus), "qrels_sha256": file_digest(args.qrels)},
-                  handle, indent=2)
+        json.dump({**asdict(args), "corpus_sha256": file_digest(args.corpus), "qrels_sha256": qrels_digest,
+                   "qrels_here": here}, handle, indent=2)
     logger.info("%s: %d queries, %.1f negatives each (ranks %d-%d, %s)", args.output, len(records),
                 sum(len(r["negatives"]) for r in records) / len(records), args.min_rank, args.max_rank, args.retriever)
     return Path(args.output)

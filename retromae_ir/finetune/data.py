@@ -72,12 +72,22 @@ def made_from(path: str | Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def recorded_qrels(path: str | Path) -> tuple[Path | None, str | None]:
+    """Where the training qrels that a file's queries were drawn from lie, and their sha256 then: recorded relative
+    to the file's folder (``qrels_here``), so a copied chain output checks its own split; (None, None) unrecorded."""
+    record = made_from(path)
+    here, digest = record.get("qrels_here"), record.get("qrels_sha256")
+    if not here or not digest:
+        return None, None
+    return Path(path).resolve().parent / here, digest
+
+
 def check_made_from(path: str | Path, corpus: str | Path | None) -> None:
     """Refuse a training file whose passage ids were taken from another corpus than ``corpus`` (the ids would
-    resolve to unrelated passages of this one wherever they exist), or whose queries were drawn from a training
-    qrels file that has changed since (a dev split carved again with another size or seed: some of its queries
-    would now be dev queries, trained on). Files without a record (made by hand) are not checked, nor a qrels file
-    no longer where it was recorded."""
+    resolve to unrelated passages of this one wherever they exist), or with queries that its training qrels no
+    longer hold (a dev split carved again with another size or seed into the same file: they are dev queries now,
+    and would be trained on). Judgements added or changed for its queries are no reason to refuse. Files without
+    a record (made by hand) are not checked, nor qrels no longer where they were recorded."""
     from retromae_ir.io import file_digest
 
     record = made_from(path)
@@ -86,10 +96,16 @@ def check_made_from(path: str | Path, corpus: str | Path | None) -> None:
         source = record.get("corpus") or f"sha256 {recorded[:12]}"
         raise DataFormatError(f"{path}: its passage ids were taken from another corpus ({source}) than --corpus "
                               f"{corpus}: give the corpus it was made from")
-    qrels, digest = record.get("qrels"), record.get("qrels_sha256")
-    if qrels and digest and Path(qrels).is_file() and file_digest(qrels) != digest:
-        raise DataFormatError(f"{path}: its queries were drawn from {qrels}, which has changed since (a dev split "
-                              f"carved again?): some may now be held out; mine them again from the current file")
+    qrels, digest = recorded_qrels(path)
+    if qrels is None or not qrels.is_file() or file_digest(qrels) == digest:
+        return
+    judged = set(load_qrels(qrels))
+    gone = sorted({str(json.loads(line).get("qid")) for _, line in iter_lines(path)} - judged)
+    if gone:
+        raise DataFormatError(f"{path}: {len(gone)} of its queries (e.g. {gone[:3]}) are no longer in {qrels}, which "
+                              f"changed since it was made (a dev split carved again?): they may be held out now. Mine "
+                              f"(and score) again from the current file, or remove {Path(path).name}'s record of what "
+                              f"it was made from to train on it anyway")
 
 
 def _passage(item, corpus: dict[str, str] | None, where: str) -> str:

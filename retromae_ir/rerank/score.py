@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
-from retromae_ir.finetune.data import check_made_from, load_passages, made_from, read_jsonl_examples
+from retromae_ir.finetune.data import check_made_from, load_passages, read_jsonl_examples, recorded_qrels
 from retromae_ir.io import as_stored, cached_checkpoint_key, file_digest, key_path, read_key, write_key
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ def _resume(partial: Path, key: dict) -> int:
 
 def score_file(model, args: ScoreArguments) -> Path:
     check_made_from(args.input, args.corpus)
+    qrels, qrels_digest = recorded_qrels(args.input)  # passed on to the scored file, as checked
     corpus = load_passages(args.corpus) if args.corpus else None
     examples = read_jsonl_examples(args.input, corpus, drop_positive_negatives=False)  # scores align with the file
     records = [json.loads(line) for _, line in iter_lines(args.input)]
@@ -90,7 +91,8 @@ def score_file(model, args: ScoreArguments) -> Path:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 offset = end
             out.flush()
-    source = {key: made_from(args.input).get(key) for key in ("qrels", "qrels_sha256")}  # passed on, with the corpus
+    source = {"qrels_sha256": qrels_digest,
+              "qrels_here": os.path.relpath(qrels, output.resolve().parent) if qrels is not None else None}
     write_key(partial, {**read_key(partial), "corpus": args.corpus, **source})  # what check_made_from reads
     key_path(output).unlink(missing_ok=True)  # between the renames OUTPUT has no key: never an earlier one's
     os.replace(partial, output)

@@ -92,6 +92,7 @@ def test_documents_judged_relevant_below_min_relevance_are_no_negatives(tmp_path
 
     made = json.loads((tmp_path / "neg.jsonl.args.json").read_text())  # what check_made_from reads
     assert (made["qrels_sha256"], made["corpus_sha256"]) == (file_digest(qrels), file_digest(corpus))
+    assert made["qrels_here"] == "qrels.txt"  # beside the mined file: found from its folder wherever it is
     records = {r["qid"]: r for r in map(json.loads, (tmp_path / "neg.jsonl").read_text().splitlines())}
     # q1: d2 (its own label 1) and d3 (its twin q2's label 1) left out; q3: d4, judged 0, is a fair negative
     assert {q: (r["positives"], r["negatives"]) for q, r in records.items()} == {

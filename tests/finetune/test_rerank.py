@@ -221,28 +221,37 @@ def test_ids_taken_from_another_corpus_are_refused_down_the_chain(cross_encoder,
 def test_a_file_mined_from_qrels_that_changed_since_is_refused(cross_encoder, tmp_path):
     """mine, then a dev split carved again (another size or seed) into the same train.tsv: the mined queries may
     now be dev queries, and training on them chose settings on queries it had learnt (exit 0). mine records the
-    qrels' digest, rerank score passes it on, training and scoring check it."""
+    qrels' digest and place (relative to the file), rerank score passes them on, training and scoring check them;
+    judgements added for the same queries are no reason to refuse."""
+    import shutil
+
     from retromae_ir.data.readers import DataFormatError
     from retromae_ir.finetune.arguments import DataArguments
     from retromae_ir.finetune.data import load_examples
 
-    corpus, qrels = tmp_path / "corpus.jsonl", tmp_path / "train.tsv"
+    out = tmp_path / "chain"
+    (out / "splits").mkdir(parents=True)
+    corpus, qrels = tmp_path / "corpus.jsonl", out / "splits" / "train.tsv"
     corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
-    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
-    mined = tmp_path / "neg.jsonl"
+    judged = "".join(f"{r['qid']}\t{p}\t1\n" for r in RECORDS for p in r["positives"])
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + judged)
+    mined = out / "neg.jsonl"
     mined.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    made = {"corpus": str(corpus), "corpus_sha256": file_digest(corpus), "qrels": str(qrels),
-            "qrels_sha256": file_digest(qrels)}
-    (tmp_path / "neg.jsonl.args.json").write_text(json.dumps(made))
-    scored = score_file(cross_encoder, ScoreArguments(str(mined), str(tmp_path / "scored.jsonl"), str(corpus)))
-    assert json.loads((tmp_path / "scored.jsonl.key.json").read_text())["qrels_sha256"] == file_digest(qrels)
+    made = {"corpus": str(corpus), "corpus_sha256": file_digest(corpus), "qrels_sha256": file_digest(qrels),
+            "qrels_here": "splits/train.tsv"}
+    (out / "neg.jsonl.args.json").write_text(json.dumps(made))
+    scored = score_file(cross_encoder, ScoreArguments(str(mined), str(out / "scored.jsonl"), str(corpus)))
+    assert json.loads((out / "scored.jsonl.key.json").read_text())["qrels_here"] == "splits/train.tsv"
+    copy = shutil.copytree(out, tmp_path / "copy")  # a copied output checks its own split
+    qrels.write_text(qrels.read_text() + f"{RECORDS[0]['qid']}\td9\t1\n")  # a judgement added: fine
     assert load_examples(DataArguments(train=str(scored), corpus=str(corpus)), need_scores=True)
-    qrels.write_text("query-id\tcorpus-id\tscore\nq2\td2\t1\n")  # carved again
-    changed = r"its queries were drawn from .*train.tsv, which has changed since"
+    qrels.write_text("query-id\tcorpus-id\tscore\nother\td2\t1\n")  # carved again: its queries are gone
+    changed = rf"of its queries \(e.g. \['{RECORDS[0]['qid']}'.*\]\) are no longer in .*train.tsv"
     for path in (mined, scored):
-        with pytest.raises(DataFormatError, match=rf"{path.name}: {changed}"):
+        with pytest.raises(DataFormatError, match=rf"{path.name}: \d+ {changed}"):
             load_examples(DataArguments(train=str(path), corpus=str(corpus)))
-    with pytest.raises(DataFormatError, match=rf"neg.jsonl: {changed}"):
-        score_file(cross_encoder, ScoreArguments(str(mined), str(tmp_path / "again.jsonl"), str(corpus)))
+    with pytest.raises(DataFormatError, match=rf"neg.jsonl: \d+ {changed}"):
+        score_file(cross_encoder, ScoreArguments(str(mined), str(out / "again.jsonl"), str(corpus)))
+    assert load_examples(DataArguments(train=str(copy / "scored.jsonl"), corpus=str(corpus)), need_scores=True)
     qrels.unlink()  # no longer where it was recorded: nothing to check against
     assert load_examples(DataArguments(train=str(mined), corpus=str(corpus)))
