@@ -72,22 +72,23 @@ def made_from(path: str | Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def recorded_qrels(path: str | Path) -> tuple[Path | None, str | None]:
-    """Where the training qrels that a file's queries were drawn from lie, and their sha256 then: recorded relative
-    to the file's folder (``qrels_here``), so a copied chain output checks its own split; (None, None) unrecorded."""
-    record = made_from(path)
+def recorded_qrels(path: str | Path, record: dict) -> tuple[Path | None, str | None]:
+    """Where the training qrels that the file ``path``'s queries were drawn from lie, and their sha256 then, from
+    its ``record`` (:func:`made_from`): relative to the file's folder (``qrels_here``), so a copied chain output
+    checks its own split; (None, None) unrecorded."""
     here, digest = record.get("qrels_here"), record.get("qrels_sha256")
     if not here or not digest:
         return None, None
     return Path(path).resolve().parent / here, digest
 
 
-def check_made_from(path: str | Path, corpus: str | Path | None) -> None:
+def check_made_from(path: str | Path, corpus: str | Path | None) -> tuple[Path | None, str | None]:
     """Refuse a training file whose passage ids were taken from another corpus than ``corpus`` (the ids would
     resolve to unrelated passages of this one wherever they exist), or with queries that its training qrels no
     longer hold (a dev split carved again with another size or seed into the same file: they are dev queries now,
     and would be trained on). Judgements added or changed for its queries are no reason to refuse. Files without
-    a record (made by hand) are not checked, nor qrels no longer where they were recorded."""
+    a record (made by hand) are not checked, nor qrels no longer where they were recorded. Returns the recorded
+    qrels (:func:`recorded_qrels`), for a file made from this one to record in turn."""
     from retromae_ir.io import file_digest
 
     record = made_from(path)
@@ -96,9 +97,9 @@ def check_made_from(path: str | Path, corpus: str | Path | None) -> None:
         source = record.get("corpus") or f"sha256 {recorded[:12]}"
         raise DataFormatError(f"{path}: its passage ids were taken from another corpus ({source}) than --corpus "
                               f"{corpus}: give the corpus it was made from")
-    qrels, digest = recorded_qrels(path)
+    qrels, digest = recorded_qrels(path, record)
     if qrels is None or not qrels.is_file() or file_digest(qrels) == digest:
-        return
+        return qrels, digest
     judged = set(load_qrels(qrels))
     gone = sorted({str(json.loads(line).get("qid")) for _, line in iter_lines(path)} - judged)
     if gone:
@@ -106,6 +107,7 @@ def check_made_from(path: str | Path, corpus: str | Path | None) -> None:
                               f"changed since it was made (a dev split carved again?): they may be held out now. Mine "
                               f"(and score) again from the current file, or remove {Path(path).name}'s record of what "
                               f"it was made from to train on it anyway")
+    return qrels, digest
 
 
 def _passage(item, corpus: dict[str, str] | None, where: str) -> str:

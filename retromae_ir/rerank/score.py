@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
-from retromae_ir.finetune.data import check_made_from, load_passages, read_jsonl_examples, recorded_qrels
+from retromae_ir.finetune.data import check_made_from, load_passages, read_jsonl_examples
 from retromae_ir.io import as_stored, cached_checkpoint_key, file_digest, key_path, read_key, write_key
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,7 @@ def _resume(partial: Path, key: dict) -> int:
 
 
 def score_file(model, args: ScoreArguments) -> Path:
-    check_made_from(args.input, args.corpus)
-    qrels, qrels_digest = recorded_qrels(args.input)  # passed on to the scored file, as checked
+    qrels, qrels_digest = check_made_from(args.input, args.corpus)  # passed on to the scored file, as checked
     corpus = load_passages(args.corpus) if args.corpus else None
     examples = read_jsonl_examples(args.input, corpus, drop_positive_negatives=False)  # scores align with the file
     records = [json.loads(line) for _, line in iter_lines(args.input)]
