@@ -164,7 +164,7 @@ def test_a_hub_checkpoint_is_keyed_by_its_cached_revision(tmp_path, monkeypatch)
     assert artifact_digest(Path("someone/reranker")) == new  # the chain's soft-label stage input
     scored = tmp_path / "mined.jsonl"
     scored.write_text("")
-    model = SimpleNamespace(args=SimpleNamespace(model="someone/reranker", max_length=256))
+    model = SimpleNamespace(args=SimpleNamespace(model="someone/reranker", max_length=256), device="cpu")
     assert score_key(model, SimpleNamespace(input=str(scored), corpus=None))["model_weights"] == new
     local = tmp_path / "local"
     local.mkdir()

@@ -101,12 +101,15 @@ class CrossEncoder(torch.nn.Module):
     def loss(self, outputs: dict[str, torch.Tensor], batch: dict) -> dict[str, torch.Tensor]:
         return {"loss": listwise_loss(outputs["scores"].view(batch["size"], -1))}
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
     @torch.inference_mode()
     def score(self, queries: list[str], passages: list[str]) -> list[float]:
         """Scores of (query, passage) pairs, one forward pass."""
         batch = self.make_collator().pairs(queries, passages)
-        device = next(self.model.parameters()).device
-        return self.model(**{k: v.to(device) for k, v in batch.items()}).logits.squeeze(-1).float().tolist()
+        return self.model(**{k: v.to(self.device) for k, v in batch.items()}).logits.squeeze(-1).float().tolist()
 
     def save(self, directory: str | Path, metadata: dict) -> None:
         directory = Path(directory)

@@ -4,8 +4,8 @@ The output is the input with ``positive_scores`` / ``negative_scores`` added (wh
 Records are appended to ``OUTPUT.partial`` a chunk of queries at a time; a rerun continues after the last
 complete record, and the file is renamed to OUTPUT when every query is scored. A rerun continues only a partial file
 of the same inputs (``OUTPUT.partial.key.json``: the cross-encoder's weight and tokenizer files and max length, the
-input and corpus bytes); any other partial file is started over, so an output never mixes two models' or inputs'
-scores.
+kind of device, the input and corpus bytes); any other partial file is started over, so an output never mixes two
+models', inputs' or devices' scores.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
@@ -47,10 +48,13 @@ def _completed(partial: Path) -> int:
 
 def score_key(model, args: ScoreArguments) -> dict:
     """What the scores depend on: the cross-encoder's weight and tokenizer files (a hub name's cached revision) and
-    max length, the input and corpus bytes, and the format (2: every listed negative scored; a partial file of
-    format 1 skipped a negative repeating a positive, and its scores would be misaligned with the record)."""
+    max length, the kind of device (a GPU's kernels round otherwise than a CPU's: a file resumed on the other would
+    hold scores of two roundings), the input and corpus bytes, and the format (2: every listed negative scored; a
+    partial file of format 1 skipped a negative repeating a positive, and its scores would be misaligned with the
+    record)."""
     return {"format": 2, "model_weights": cached_checkpoint_key(model.args.model),
-            "max_length": model.args.max_length, "input_sha256": file_digest(args.input),
+            "max_length": model.args.max_length, "device": torch.device(model.device).type,
+            "input_sha256": file_digest(args.input),
             "corpus_sha256": file_digest(args.corpus) if args.corpus else None}
 
 

@@ -114,6 +114,28 @@ def test_a_partial_file_of_other_inputs_is_started_over(cross_encoder, tmp_path)
     assert all(len(r["negative_scores"]) == 1 for r in records)
 
 
+def test_a_partial_file_scored_on_another_kind_of_device_is_started_over(cross_encoder, tmp_path):
+    """A GPU rounds otherwise than a CPU: a partial file begun on one is not continued on the other (it was, and the
+    output held scores of two roundings)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
+    source = tmp_path / "neg.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    args = ScoreArguments(str(source), str(tmp_path / "scored.jsonl"), str(corpus), chunk_queries=1)
+    interrupted(cross_encoder, args)
+    key = tmp_path / "scored.jsonl.partial.key.json"
+    assert json.loads(key.read_text())["device"] == "cpu"
+    key.write_text(json.dumps({**json.loads(key.read_text()), "device": "cuda"}))  # begun on a GPU
+    scored = []
+    original = cross_encoder.score
+    cross_encoder.score = lambda queries, passages: scored.extend(queries) or original(queries, passages)
+    try:
+        score_file(cross_encoder, args)
+    finally:
+        del cross_encoder.score
+    assert set(scored) == {"vitamin d", "insulin", "rain"}  # every query again, on this device
+
+
 def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, tmp_path, capsys):
     """`rerank train --resume` keys the run on the start's weight files, not only on the --model path: a start
     folder trained again in place is another run (it used to resume the old one and exit 0)."""
