@@ -11,13 +11,11 @@ PYSERINI_BM25_FLAT_NDCG10 = {
     "webis-touche2020": 0.4422, "cqadupstack": 0.3021, "quora": 0.7886, "dbpedia-entity": 0.3180,
     "scidocs": 0.1490, "fever": 0.6513, "climate-fever": 0.1651, "scifact": 0.6789,
 }
-PYSERINI_BM25_FLAT_AVERAGE = 0.4244
 
 DUPMAE_PAPER_NDCG10 = {
     "scifact": 0.699, "nfcorpus": 0.346, "trec-covid": 0.728, "arguana": 0.474, "fiqa": 0.345,
     "scidocs": 0.153, "quora": 0.845, "nq": 0.570, "hotpotqa": 0.681, "fever": 0.800,
 }
-DUPMAE_PAPER_AVERAGE = 0.475
 
 REFERENCE_COLUMNS = {
     "BM25 flat (Pyserini)": PYSERINI_BM25_FLAT_NDCG10,

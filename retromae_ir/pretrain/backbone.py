@@ -42,10 +42,6 @@ class Backbone:
     def config(self):
         return self.model.config
 
-    def lm_logits(self, hidden):
-        """Vocabulary logits through the (tied) MLM head: the projection every decoder shares."""
-        return self.model.cls(hidden)
-
 
 def check_config(name_or_path: str, max_length: int | None = None):
     """Read the config and reject non-BERT models and max lengths past the position table, before any weights load."""
