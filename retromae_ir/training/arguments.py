@@ -13,7 +13,8 @@ class TrainingArguments:
     batch_size: int = field(default=16, metadata={"help": "segments per device per micro-batch"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
     lr: float = field(default=1e-4, metadata={"help": "peak learning rate (AdamW, linear warm-up and decay)"})
-    warmup_ratio: float = field(default=0.1)
+    warmup_ratio: float = field(default=0.1, metadata={"help": "fraction of the steps over which the learning rate "
+                                                               "rises linearly to --lr, in [0, 1)"})
     weight_decay: float = field(default=0.01)
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping; <= 0 disables"})
     bf16: bool = field(default=False, metadata={"help": "bfloat16 autocast (CPU and GPU)"})
@@ -35,6 +36,8 @@ class TrainingArguments:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
+        if not 0 <= self.warmup_ratio < 1:  # at 1 the rate would rise to the last step and never decay
+            raise ValueError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError(f"--max-steps must be > 0 (or -1: train for --epochs), got {self.max_steps}: "
                              "a run of no steps trains nothing")

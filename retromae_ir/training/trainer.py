@@ -32,6 +32,7 @@ import math
 import os
 import shutil
 from dataclasses import asdict, dataclass, is_dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -80,7 +81,9 @@ class Schedule:
         if per_epoch < 1:
             raise TrainerError(f"corpus has {examples} segments, fewer than one global batch "
                                f"({args.batch_size} x {world_size} processes)")
-        steps = args.max_steps if args.max_steps > 0 else math.ceil(args.epochs * per_epoch / args.grad_accum)
+        # --epochs as written (1.1, not the float 1.1000000000000000888): 1.1 x 100 batches is 110 steps, not 111
+        epochs = Fraction(str(args.epochs))
+        steps = args.max_steps if args.max_steps > 0 else math.ceil(epochs * per_epoch / args.grad_accum)
         if steps < 1:
             raise TrainerError("nothing to train: --max-steps and --epochs give 0 optimizer steps")
         return cls(examples, args.batch_size, world_size, args.grad_accum, steps)

@@ -141,7 +141,8 @@ def _args(tiny_bert_dir, corpus, output, *extra):
             "--max-length", "32", "--max-steps", "1", "--device", "cpu", *extra]
 
 
-@pytest.mark.parametrize("case", ["missing corpus", "empty corpus", "no text", "not bert", "too long", "ratio"])
+@pytest.mark.parametrize("case", ["missing corpus", "empty corpus", "no text", "not bert", "too long", "ratio",
+                                  "warm-up"])
 def test_bad_input_fails_before_training(tiny_bert_dir, corpus, tmp_path, case, capsys):
     output = tmp_path / "out"
     args = _args(tiny_bert_dir, corpus, output)
@@ -159,11 +160,24 @@ def test_bad_input_fails_before_training(tiny_bert_dir, corpus, tmp_path, case, 
         args[3], message = str(tmp_path / "gpt"), "BERT-family"
     elif case == "too long":
         args[9], message = "1024", "exceeds"
+    elif case == "warm-up":  # a ratio of 1 rose to the last step and never decayed (exit 0)
+        args += ["--warmup-ratio", "1"]
+        message = "--warmup-ratio must be in [0, 1), got 1.0"
     else:
         args += ["--encoder-mask-ratio", "1.5"]
         message = "encoder-mask-ratio"
     assert message in refused(main, args, capsys)
     assert not output.exists()
+
+
+@pytest.mark.parametrize("epochs, batches, steps", [(1.1, 100, 110), (2.2, 50, 110), (1.5, 7, 11), (0.01, 100, 1)])
+def test_epochs_count_steps_as_written(epochs, batches, steps):
+    """--epochs 1.1 over 100 batches is 110 steps: the float product (110.00000000000001) rounded up to 111 and
+    stretched the learning-rate plan over a step the run was not asked for."""
+    from retromae_ir.training.trainer import Schedule
+
+    args = TrainingArguments(output="unused", epochs=epochs, batch_size=4)
+    assert Schedule.build(batches * 4, args, world_size=1).max_steps == steps
 
 
 def test_existing_output_needs_resume(tiny_bert_dir, corpus, tmp_path, capsys):
