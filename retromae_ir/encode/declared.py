@@ -1,14 +1,15 @@
 """What a sentence-transformers checkpoint declares about its own pipeline.
 
 A checkpoint trained with sentence-transformers names its pooling (``1_Pooling/config.json``) and whether it
-L2-normalises (a ``Normalize`` module in ``modules.json``). An encoder card that leaves ``pooling`` or
-``normalize`` unset follows that declaration, so all-MiniLM-L6-v2 is read with the mean pooling and cosine it was
-trained for (nDCG@10 0.6451 on scifact, against 0.5175 with [CLS]); a checkpoint that declares nothing (a BERT-style
-MLM checkpoint, the papers' case) keeps its family's default. Files are looked up in a local directory, then in
-the Hugging Face cache, then downloaded (unless ``HF_HUB_OFFLINE`` is set). A hub checkpoint whose files cannot be
-looked up (offline, or the hub unreachable, and not in the cache: transformers caches its weights without
-``modules.json``) is an error, not "declares nothing": read as [CLS] without normalisation, all-MiniLM-L6-v2 would
-silently be another representation. Set ``pooling`` and ``normalize`` in the card to need no lookup.
+L2-normalises (a ``Normalize`` module in ``modules.json``); any other module (a ``Dense`` projection) is refused,
+since it would be dropped. An encoder card that leaves ``pooling`` or ``normalize`` unset follows that declaration,
+so all-MiniLM-L6-v2 is read with the mean pooling and cosine it was trained for (nDCG@10 0.6451 on scifact, against
+0.5175 with [CLS]); a checkpoint that declares nothing (a BERT-style MLM checkpoint, the papers' case) keeps its
+family's default. Files are looked up in a local directory, then in the Hugging Face cache, then downloaded (unless
+``HF_HUB_OFFLINE`` is set). A hub checkpoint whose files cannot be looked up (offline, or the hub unreachable, and
+not in the cache: transformers caches its weights without ``modules.json``) is an error, not "declares nothing":
+read as [CLS] without normalisation, all-MiniLM-L6-v2 would silently be another representation. Set ``pooling`` and
+``normalize`` in the card to need no lookup.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ logger = logging.getLogger(__name__)
 MODULES = "modules.json"
 POOLING_TYPE = "sentence_transformers.models.Pooling"
 NORMALIZE_TYPE = "sentence_transformers.models.Normalize"
+TRANSFORMER_TYPE = "sentence_transformers.models.Transformer"
 # 1_Pooling/config.json flag -> our pooling name; other modes (max, mean_sqrt_len, ...) have no equivalent here
 POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
 
@@ -55,6 +57,12 @@ def _declared(checkpoint: str) -> Declared:
         return Declared()
     modules = json.loads(Path(modules_file).read_text())
     types = {module.get("type"): module.get("path", "") for module in modules}
+    for module in modules:  # a Dense projection (LaBSE, distiluse) would otherwise be dropped without a word
+        if module.get("type") not in (TRANSFORMER_TYPE, POOLING_TYPE, NORMALIZE_TYPE):
+            raise DeclarationError(f"{modules_file}: module {module.get('path') or module.get('name')!r} "
+                                   f"({module.get('type')}) has no equivalent here, which encodes with the "
+                                   "transformer, its pooling and normalisation only; set 'pooling:' and "
+                                   "'normalize:' in the encoder card to encode without it deliberately")
     normalize = NORMALIZE_TYPE in types
     if POOLING_TYPE not in types:
         return Declared(normalize=normalize)

@@ -55,6 +55,20 @@ def test_a_pooling_we_cannot_reproduce_is_a_clear_error(tiny_bert_dir, tmp_path)
         card(st)
 
 
+def test_a_module_we_cannot_reproduce_is_a_clear_error_unless_the_card_is_explicit(tiny_bert_dir, tmp_path):
+    """A Dense projection after the pooling (LaBSE, distiluse) was dropped without a word: vectors that are not the
+    checkpoint's, exit 0."""
+    st = st_checkpoint(tiny_bert_dir, tmp_path / "st", {"pooling_mode_mean_tokens": True}, normalize=True)
+    modules = json.loads((st / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (st / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(CardError, match=r"modules.json: module '2_Dense' \(sentence_transformers.models.Dense\) "
+                                        r"has no equivalent here.*'pooling:' and 'normalize:'"):
+        card(st)
+    explicit = card(st, pooling="mean", normalize=True)  # the card's own word: no declaration read
+    assert (explicit.pooling, explicit.normalize) == ("mean", True)
+
+
 def test_packaged_minilm_is_read_with_its_own_mean_pooling_and_cosine():
     minilm = load_card("dupmae-minilm")
     assert (minilm.pooling, minilm.normalize) == ("mean", True)
