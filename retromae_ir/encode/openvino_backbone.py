@@ -16,11 +16,23 @@ from transformers.modeling_outputs import BaseModelOutput
 from retromae_ir.encode.base import CompiledBackbone
 
 
+def check_precision(bf16: bool, capabilities: list[str]) -> None:
+    """Refuse bf16 where the CPU plugin lacks it (``capabilities``: its ``OPTIMIZATION_CAPABILITIES``): there it
+    takes the bf16 hint silently and runs fp32, and an index recorded as bf16 would hold fp32 vectors (mixed with
+    bf16 ones when resumed eagerly, searched with bf16 queries)."""
+    if bf16 and "BF16" not in capabilities:
+        raise ValueError(f"--dtype bf16 with --compile openvino needs a CPU that runs bf16 (OpenVINO's CPU plugin "
+                         f"offers {', '.join(capabilities)} here, and would run fp32 under a bf16 record); use "
+                         f"--dtype fp32 (or auto) with --compile openvino, or bf16 without it")
+
+
 def cpu_request(graph, threads: int, bf16: bool = False, properties: dict | None = None):
     """An inference request of ``graph`` compiled for OpenVINO's CPU plugin as ``--compile openvino`` runs it: one
-    stream of ``threads`` threads, fp32 (bf16 with ``bf16``) arithmetic, plus any other ``properties``."""
+    stream of ``threads`` threads, fp32 (bf16 with ``bf16``, refused where the CPU lacks it) arithmetic, plus any
+    other ``properties``."""
     import openvino as ov
 
+    check_precision(bf16, list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")))
     config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32", "INFERENCE_NUM_THREADS": threads,
               "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, **(properties or {})}
     return ov.Core().compile_model(graph, "CPU", config).create_infer_request()

@@ -204,6 +204,25 @@ def test_openvino_backbone_gives_the_eager_vectors(tiny_card, tiny_model, tiny_b
         EncoderModel.from_card(card, device="meta").compile_backbone("openvino")
 
 
+def test_openvino_bf16_is_refused_where_the_cpu_plugin_lacks_it(tiny_card):
+    """OpenVINO takes a bf16 hint it cannot honour silently and runs fp32: such an index was recorded as bf16
+    (exit 0). Refused where the plugin lacks BF16, as on AVX2 CPUs; compiled where it has it."""
+    import openvino as ov
+
+    from retromae_ir.encode.openvino_backbone import check_precision
+
+    with pytest.raises(ValueError, match=r"needs a CPU that runs bf16 \(OpenVINO's CPU plugin offers FP32, INT8 here"):
+        check_precision(True, ["FP32", "INT8"])
+    check_precision(True, ["FP32", "BF16"])
+    check_precision(False, ["FP32"])
+    model = EncoderModel.from_card(tiny_card, device="cpu", bf16=True)
+    if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        assert model.compile_backbone("openvino").compiled == "openvino"
+    else:
+        with pytest.raises(ValueError, match="--dtype bf16 with --compile openvino needs a CPU that runs bf16"):
+            model.compile_backbone("openvino")
+
+
 def test_openvino_keeps_one_copy_of_the_weights(tiny_bert_dir, tmp_path):
     """The converted graph holds the transformer's weights; the PyTorch module it came from is let go (it used to
     be kept for its config: the weights twice in memory), and its config still answers."""
@@ -253,6 +272,11 @@ def test_packed_linear_equals_the_linear():
 def test_compiled_bf16_autocast_gives_the_eager_bf16_vectors(tiny_card, backend):
     """--compile under --dtype bf16 (auto's choice on CPUs with native bf16): the decoder stays aten's (bf16
     linear is oneDNN's there already), the backbone is compiled (OpenVINO's in its bf16 precision)."""
+    if backend == "openvino":
+        import openvino as ov
+
+        if "BF16" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            pytest.skip("OpenVINO's CPU plugin runs no bf16 here: refused (test_openvino_bf16_is_refused_...)")
     texts = TEXTS[:2] + TEXTS[3:]
     eager = EncoderModel.from_card(tiny_card, device="cpu", bf16=True).encode_passage(texts)
     model = EncoderModel.from_card(tiny_card, device="cpu", bf16=True).compile_backbone(backend)
