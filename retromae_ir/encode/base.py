@@ -104,7 +104,8 @@ class EncoderModel(torch.nn.Module):
     def __init__(self, card: EncoderCard, tokenizer, projection: torch.nn.Module | None):
         super().__init__()
         self.card = card
-        self.tokenizer = tokenizer
+        tokenizer.padding_side = "right"  # the [CLS] row is read at position 0: a left-padding tokenizer's
+        self.tokenizer = tokenizer         # config put a pad there for every shorter text of a batch
         self.projection = projection
         self.bf16 = False
         self.int8 = False

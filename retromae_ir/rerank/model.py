@@ -69,6 +69,7 @@ class CrossEncoder(torch.nn.Module):
 
     def __init__(self, model, tokenizer, args: CrossEncoderArguments, group_size: int = 1):
         super().__init__()
+        tokenizer.padding_side = "right"  # BERT's classification head reads position 0, never a pad
         self.model, self.tokenizer, self.args, self.group_size = model, tokenizer, args, group_size
 
     @classmethod

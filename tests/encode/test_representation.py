@@ -1,4 +1,6 @@
 """The DupMAE representation on a tiny random BERT: top-k, activations, quantisation, padding invariance."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -202,6 +204,27 @@ def test_openvino_backbone_gives_the_eager_vectors(tiny_card, tiny_model, tiny_b
         EncoderModel.from_card(card, device="cpu").compile_backbone("tvm")
     with pytest.raises(ValueError, match="runs on the CPU, not meta"):
         EncoderModel.from_card(card, device="meta").compile_backbone("openvino")
+
+
+def test_a_left_padding_tokenizer_pads_on_the_right(tiny_bert_dir, tmp_path):
+    """A checkpoint whose tokenizer config pads on the left put a pad where the [CLS] row is read, for every shorter
+    text of a batch: its vector depended on its batch (exit 0). Now a text's vector is the same alone and beside a
+    longer one, for the encoder and the cross-encoder."""
+    import shutil
+
+    from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
+
+    left = tmp_path / "left"
+    shutil.copytree(tiny_bert_dir, left)
+    config = json.loads((left / "tokenizer_config.json").read_text())
+    (left / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left"}))
+    card = write_card(tmp_path, checkpoint=left, kind="cls-dense", dims=32, max_passage_length=32)
+    model = EncoderModel.from_card(card, device="cpu")
+    short, long = "jazz", "a much longer text about the history of jazz music in new orleans"
+    np.testing.assert_allclose(model.encode_passage([short, long]).dense[0], model.encode_passage([short]).dense[0],
+                               atol=1e-5)
+    scorer = CrossEncoder.load(CrossEncoderArguments(str(left), max_length=32)).eval()
+    assert scorer.score(["q", "q"], [short, long])[0] == pytest.approx(scorer.score(["q"], [short])[0], abs=1e-5)
 
 
 def test_openvino_bf16_is_refused_where_the_cpu_plugin_lacks_it(tiny_card):
