@@ -60,6 +60,9 @@ def test_unknown_condition_is_an_error(matrix_file, capsys):
     ("  - {name: a, dataset: scifact, expected: {}}\n", "exactly one of retriever / encoder"),
     ("  - {name: a, dataset: scifact, retriever: bm25, encoder: x, expected: {}}\n", "exactly one of"),
     ("  - {name: a, dataset: scifact, retriever: bm25, expected: {}, colour: red}\n", r"condition 1 \(a\).*colour"),
+    # a search mode on bm25 was left out of the command: the check ran plain BM25 under a 'dense' label
+    ("  - {name: a, dataset: scifact, retriever: bm25, search: dense, expected: {ndcg@10: 0.5}}\n",
+     "'search' is an encoder's search mode; retriever 'bm25' has none"),
     # the runner empties RUNS_ROOT/<name>/: a name must not reach any other folder
     ("  - {name: .., dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
     ("  - {name: a/../.., dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
@@ -82,11 +85,26 @@ def test_scores_are_read_from_the_results_table_and_compared(tmp_path):
                    "recall@100 (bm25)": 0.8}]).to_csv(csv, index=False)
     scores = measured_scores(condition, tmp_path)
     assert scores == {"ndcg@10": 0.5004, "recall@100": 0.8}
-    assert compare(condition, scores, 0.001) == ["recall@100: expected 0.9000, got 0.8000"]
+    assert compare(condition, scores, 0.001) == ["recall@100: expected 0.9000, got 0.8"]
     assert compare(condition, {"ndcg@10": 0.5004}, 0.001)[0] == "recall@100: expected 0.9000, got nothing"
     # an empty cell reads as NaN, which no tolerance test rejects by itself
     assert compare(condition, {"ndcg@10": float("nan"), "recall@100": 0.9}, 0.001) == [
         "ndcg@10: expected 0.5000, got nan"]
+
+
+def test_a_score_just_past_the_tolerance_fails_as_the_suite_writes_it(tmp_path):
+    """The table was read back at 4 decimals: 0.67836 against 0.6789 (a gap of 0.00054) read as 0.6784 and passed
+    a tolerance of 0.0005. The CSV now holds the scores as measured."""
+    from retromae_ir.evaluate.beir_suite import DatasetResult, write_results
+
+    condition = Condition(name="c", dataset="scifact", retriever="bm25", expected={"ndcg@10": 0.6789})
+    folder = condition.results_csv(tmp_path).parent
+    folder.mkdir(parents=True)
+    write_results([DatasetResult("scifact", "ok", {"ndcg@10": 0.67836, "recall@100": 0.92584}, 300)], "bm25", folder)
+    scores = measured_scores(condition, tmp_path)
+    assert scores["ndcg@10"] == 0.67836
+    assert compare(condition, scores, 0.0005) == ["ndcg@10: expected 0.6789, got 0.67836"]
+    assert compare(condition, scores, 0.0006) == []
 
 
 def test_docs_show_every_condition_with_its_command(matrix_file):

@@ -24,7 +24,8 @@ def format_markdown(frame: pd.DataFrame, digits: int = 4) -> str:
 
 
 def write_table(frame: pd.DataFrame, stem: Path, title: str = "", notes: list[str] | None = None) -> tuple[Path, Path]:
-    """Write ``stem``.md and ``stem``.csv; returns both paths."""
+    """Write ``stem``.md (rounded for reading) and ``stem``.csv (at full precision: a check against a tolerance
+    reads it, and a 4-decimal value could pass a gap up to 0.00005 past it); returns both paths."""
     stem = Path(stem)
     markdown = (f"# {title}\n\n" if title else "") + format_markdown(frame)
     if notes:
@@ -33,7 +34,7 @@ def write_table(frame: pd.DataFrame, stem: Path, title: str = "", notes: list[st
     with atomic_write(md_path) as handle:
         handle.write(markdown)
     with atomic_write(csv_path) as handle:
-        frame.to_csv(handle, index=False, float_format="%.4f")
+        frame.to_csv(handle, index=False)
     return md_path, csv_path
 
 

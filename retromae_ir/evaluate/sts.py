@@ -514,7 +514,7 @@ def write_sts_results(scores: list[SetScore], encoder: str, out_dir: str | os.Pa
         with atomic_write(out_dir / f"{stem}.md") as handle:
             handle.write(markdown)
         with atomic_write(out_dir / f"{stem}.csv") as handle:
-            frame.to_csv(handle, index=False, float_format="%.4f")
+            frame.to_csv(handle, index=False)  # full precision, as write_table's
         written[f"{stem}.md"], written[f"{stem}.csv"] = out_dir / f"{stem}.md", out_dir / f"{stem}.csv"
     chart = table.drop(columns=["encoder"]).set_index("STS12-16 as").T.reset_index(names="set")
     written["sts-results.png"] = write_bar_chart(chart, "set", [c for c in chart.columns if c != "set"],

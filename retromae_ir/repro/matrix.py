@@ -100,6 +100,9 @@ class Matrix:
                                  "(letters, digits, '.', '_', '-'; its runs go to RUNS_ROOT/<name>/, emptied first)")
             if (condition.retriever is None) == (condition.encoder is None):
                 raise ValueError(f"{path}: condition {condition.name!r} needs exactly one of retriever / encoder")
+            if condition.retriever is not None and condition.search is not None:  # it was left out of the command
+                raise ValueError(f"{path}: condition {condition.name!r}: 'search' is an encoder's search mode; "
+                                 f"retriever {condition.retriever!r} has none")
             if not isinstance(condition.expected, dict) or not condition.expected or not all(
                     isinstance(v, (int, float)) and math.isfinite(v) for v in condition.expected.values()):
                 raise ValueError(f"{path}: condition {condition.name!r} needs 'expected': a mapping of metric to a "
@@ -136,7 +139,7 @@ def compare(condition: Condition, scores: dict[str, float], tolerance: float) ->
     for metric, expected in condition.expected.items():
         got = scores.get(metric)
         if got is None or not math.isfinite(got) or abs(got - expected) > tolerance:  # NaN compares as close
-            failures.append(f"{metric}: expected {expected:.4f}, got {'nothing' if got is None else f'{got:.4f}'}")
+            failures.append(f"{metric}: expected {expected:.4f}, got {'nothing' if got is None else f'{got:.6g}'}")
     return failures
 
 

@@ -78,7 +78,7 @@ def test_tables_and_chart_from_fixed_results(tmp_path):
     assert "| scifact | 300 | 0.7000 | 0.9000 | 0.6789 | 0.6990 |" in markdown
     assert "| average (2 of 18) | 623 | 0.5000 | 0.5500 |" in markdown
     assert "not evaluated: bioasq: not public" in markdown
-    assert (tmp_path / "beir-results.csv").read_text().splitlines()[1].startswith("scifact,300,0.7000,0.9000")
+    assert (tmp_path / "beir-results.csv").read_text().splitlines()[1].startswith("scifact,300,0.7,0.9")
     assert (tmp_path / "beir-results.png").read_bytes()[:4] == b"\x89PNG"
 
 
