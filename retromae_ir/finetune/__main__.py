@@ -38,10 +38,11 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
     overrides = {key: value for key, value in (("checkpoint", model_args.model), ("dims", model_args.dims))
                  if value is not None}
     card = load_card(model_args.encoder, **overrides)
-    # the start's weight and tokenizer files too: a stage trained again in place keeps its card but is another start
+    # the start's weight and tokenizer files too: a stage trained again in place keeps its card but is another start;
+    # the twin rule always (it drops listed negatives that are a twin's positive, with or without masking)
     identity = run_identity(model_args, data, loss, training,
                             {"card": card.fingerprint(), "start_weights": checkpoint_key(card.checkpoint_path()),
-                             **({"masking": MASKING_VERSION} if loss.mask_false_negatives else {})})
+                             "masking": MASKING_VERSION})
     with exclusive_run(training, identity):
         return _train(card, model_args, data, loss, training, identity)
 

@@ -27,9 +27,10 @@ from retromae_ir.data.readers import (DataFormatError, iter_beir_corpus, iter_li
                                       load_qrels, load_topics)
 
 logger = logging.getLogger(__name__)
-# what --mask-false-negatives leaves out of a query's pool, bumped when that rule changes (a run or chain stage made
-# under another rule is not resumed or reused): 2, the positives of same-text twin queries too; 3, twins are the same
-# text up to punctuation too (2026-11-27)
+# the twin-query rule: what --mask-false-negatives leaves out of a query's pool, and which listed negatives
+# with_twin_positives drops (a twin's positive); bumped when it changes (a run or chain stage made under another rule
+# is not resumed or reused): 2, the positives of same-text twin queries too; 3, twins are the same text up to
+# punctuation too (2026-11-27)
 MASKING_VERSION = 3
 
 

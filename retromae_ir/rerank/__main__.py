@@ -18,6 +18,7 @@ COMMANDS = {"train": "train the cross-encoder on the stage-2 groups",
 
 def train(argv: list[str]):
     from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments
+    from retromae_ir.finetune.data import MASKING_VERSION
     from retromae_ir.io import checkpoint_key
     from retromae_ir.packaged import default_model
     from retromae_ir.rerank.model import CrossEncoderArguments, trained_max_length
@@ -37,10 +38,11 @@ def train(argv: list[str]):
                          f"a softmax of 1: loss 0, nothing trained)")
     if model_args.max_length is None:  # the run is keyed by the length it trains at, however it was given
         model_args = dataclasses.replace(model_args, max_length=trained_max_length(model_args.model or default_model()))
-    # the start's weights, not only its path: a --model folder trained again in place is another start
+    # the start's weights, not only its path: a --model folder trained again in place is another start; the twin
+    # rule, which drops listed negatives that are a same-text query's positive
     identity = run_identity({"method": "cross-encoder", "start_weights": checkpoint_key(model_args.model or
-                                                                                         default_model())},
-                            model_args, data, training)
+                                                                                         default_model()),
+                             "masking": MASKING_VERSION}, model_args, data, training)
     with exclusive_run(training, identity):
         return _train(model_args, data, training, identity)
 

@@ -159,7 +159,7 @@ def identity_digest(identity: dict) -> str:
 
 # identity keys that no flag sets: what the run's start and code versions are, named as such in a refusal
 NOT_FLAGS = {"world_size": "processes", "start_weights": "start weights", "card": "card",
-             "corpus_reader": "corpus reader", "masking": "false-negative masking rule",
+             "corpus_reader": "corpus reader", "masking": "twin-query rule",
              "keyword_masking": "keyword masking rule"}
 
 

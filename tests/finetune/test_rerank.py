@@ -159,6 +159,27 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, tm
     assert refused.value.code == 2 and "start weights {" in capsys.readouterr().err
 
 
+def test_resume_under_another_twin_rule_is_refused(tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    """Training drops listed negatives that are a same-text query's positive: a run begun under one twin rule was
+    resumed under the next (exit 0)."""
+    import retromae_ir.finetune.data as data
+    from retromae_ir.rerank.__main__ import main
+
+    train_file, corpus_file = tmp_path / "train.jsonl", tmp_path / "corpus.jsonl"
+    train_file.write_text("".join(json.dumps(record) + "\n" for record in RECORDS))
+    corpus_file.write_text("".join(json.dumps({"_id": docid, "title": "", "text": text}) + "\n"
+                                   for docid, text in CORPUS.items()))
+    argv = ["train", "--model", str(tiny_bert_dir), "--max-length", "32", "--train", str(train_file), "--corpus",
+            str(corpus_file), "--group-size", "2", "--batch-size", "2", "--save-steps", "1", "--device", "cpu",
+            "--output", str(tmp_path / "ce")]
+    main([*argv, "--max-steps", "1"])
+    monkeypatch.setattr(data, "MASKING_VERSION", data.MASKING_VERSION + 1)
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--max-steps", "2", "--resume"])
+    assert refused.value.code == 2
+    assert f"twin-query rule {data.MASKING_VERSION - 1} -> {data.MASKING_VERSION}" in capsys.readouterr().err
+
+
 def test_scoring_with_a_checkpoint_without_a_trained_head_is_refused(tiny_bert_dir, tmp_path, capsys):
     """`rerank score --model` of a bi-encoder or plain checkpoint drew a random classification head and wrote soft
     labels of noise (exit 0), which distillation then trained on; a trained cross-encoder's output is scored."""
