@@ -31,13 +31,14 @@ def sweep_sparse_weight(index_dir: str | os.PathLike, model, queries: dict[str, 
     """{lambda: metrics} of the exact hybrid at each weight on ``queries`` (``model``: the index's EncoderModel); a
     hit whose docid is its query's id is dropped, as the BEIR suite and the chain's evaluation drop it."""
     from retromae_ir.encode.manifest import check_precision
+    from retromae_ir.search.brute_force import dense_scores
     from retromae_ir.search.index import HybridIndex
 
     index = HybridIndex(index_dir, model.card)
     check_precision(index.manifest, model, index_dir)
     qids = list(queries)
     encoded = model.encode_query([queries[q] for q in qids])
-    dense = encoded.dense @ index.dense.T
+    dense = dense_scores(index.dense, encoded.dense)  # row by row, as the searchers: duplicates tie exactly
     stored = (encoded.sparse @ index.sparse.T).toarray()
     base = model.card.sparse_weight
     return {w: evaluate_run(remove_self_hits(top_run(dense + (w / base) * stored, qids, index.docids, depth + 1),

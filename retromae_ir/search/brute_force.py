@@ -12,6 +12,16 @@ import numpy as np
 from retromae_ir.search.index import HybridIndex
 
 
+def dense_scores(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """[B, N] inner products of each query with each row of ``vectors``, a row at a time (einsum, not BLAS's
+    matrix product, whose rounding depends on a row's place in the matrix and on the batch): two copies of a
+    document score exactly alike, as in faiss, so a tie between them goes by docid on every path."""
+    scores = np.empty((len(queries), len(vectors)), dtype=np.result_type(vectors, queries))
+    for row, query in enumerate(queries):
+        scores[row] = np.einsum("ij,j->i", vectors, query)
+    return scores
+
+
 def top_hits(scores: np.ndarray, docids, k: int, candidates: np.ndarray | None = None):
     """The ``k`` best (docid, score) of one query, score descending, ties by docid (write_trec_run's order), also
     at the k-th place: every document tied with the k-th score competes by docid, so the hits do not depend on
@@ -63,7 +73,7 @@ class BruteForceScorer:
         self.index.check_queries(dense, sparse, mode)
         total = np.zeros((dense.shape[0], len(self.index)), dtype=np.float32)
         if mode != "sparse":
-            total += dense @ self.index.dense.T
+            total += dense_scores(self.index.dense, dense)
         if mode != "dense":
             total += (sparse @ self.index.inverted).toarray()
         return total
