@@ -33,6 +33,16 @@ def cut_run(run: Run, depth: int) -> Run:
     return {qid: dict(ranked(hits)[:depth]) for qid, hits in run.items()}
 
 
+def remove_self_hits(run: Run, depth: int | None = None) -> Run:
+    """Drop each query's own id from its hits: BEIR's evaluation and Pyserini's BEIR 2CR do, on every dataset.
+    ``depth``: then keep each query's best ``depth`` (ties by docid), for a run retrieved ``depth + 1`` deep so that
+    a dropped self-hit does not leave ``depth - 1`` hits behind."""
+    kept = {qid: {docid: score for docid, score in hits.items() if docid != qid} for qid, hits in run.items()}
+    if depth is None:
+        return kept
+    return cut_run(kept, depth)
+
+
 def untied(hits: list[tuple[str, float]]) -> tuple[list[tuple[str, float]], int]:
     """``hits`` in rank order (scores not increasing) with scores strictly decreasing as trec_eval reads them (32-bit
     floats), and how many moved: a score whose float32 is not below the one above it becomes the next float32 down

@@ -16,10 +16,11 @@ import pandas as pd
 
 from retromae_ir.data.beir import BEIR_DATASETS, BeirPart, DatasetUnavailable, get_beir_dataset, resolve_beir
 from retromae_ir.data.readers import load_beir_queries, load_qrels
-from retromae_ir.evaluate.metrics import evaluate_run, remove_self_hits
+from retromae_ir.evaluate.metrics import evaluate_run
 from retromae_ir.evaluate.references import REFERENCE_COLUMNS
 from retromae_ir.evaluate.report import write_bar_chart, write_table
 from retromae_ir.evaluate.runs import cached_run, require_documents, run_key
+from retromae_ir.runs import remove_self_hits
 
 logger = logging.getLogger(__name__)
 

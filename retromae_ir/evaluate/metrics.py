@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytrec_eval
 
-from retromae_ir.runs import Run, cut_run, ranked
+from retromae_ir.runs import Run, ranked
 
 Qrels = dict[str, dict[str, int]]
 
@@ -56,16 +56,6 @@ def _rank_scored(run: Run, depth: int | None) -> Run:
     """The run with scores replaced by negative ranks (so pytrec_eval sees our tie order), cut to ``depth``."""
     return {qid: {docid: float(-rank) for rank, (docid, _) in enumerate(ranked(hits)[:depth], start=1)}
             for qid, hits in run.items()}
-
-
-def remove_self_hits(run: Run, depth: int | None = None) -> Run:
-    """Drop each query's own id from its hits: BEIR's evaluation and Pyserini's BEIR 2CR do, on every dataset.
-    ``depth``: then keep each query's best ``depth`` (ties by docid), for a run retrieved ``depth + 1`` deep so that
-    a dropped self-hit does not leave ``depth - 1`` hits behind."""
-    kept = {qid: {docid: score for docid, score in hits.items() if docid != qid} for qid, hits in run.items()}
-    if depth is None:
-        return kept
-    return cut_run(kept, depth)
 
 
 def evaluate_per_query(run: Run, qrels: Qrels, metrics=DEFAULT_METRICS,

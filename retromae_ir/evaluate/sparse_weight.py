@@ -12,7 +12,8 @@ import os
 
 import numpy as np
 
-from retromae_ir.evaluate.metrics import evaluate_run, remove_self_hits
+from retromae_ir.evaluate.metrics import evaluate_run
+from retromae_ir.runs import remove_self_hits
 
 logger = logging.getLogger(__name__)
 GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)

@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default=None)
     parser.add_argument("--tag", default=None, help="run tag (default: retromae_ir-<mode>)")
+    parser.add_argument("--remove-query", action="store_true",
+                        help="drop a hit whose docid is its query's id, keeping --hits hits (BEIR's evaluation does: "
+                             "ArguAna's and Quora's queries are corpus documents), as Pyserini's flag of that name")
     return parser
 
 
@@ -45,12 +48,17 @@ def main(argv=None) -> int:
     import torch
 
     from retromae_ir.data.readers import load_topics
-    from retromae_ir.runs import write_trec_run
     from retromae_ir.io import claim_output
+    from retromae_ir.runs import remove_self_hits, write_trec_run
 
     torch.set_num_threads(args.threads)
     with claim_output(args.output):  # one writer per run file; written atomically, once the search is done
-        run, tag = _search(args, load_topics(args.topics))
+        topics = load_topics(args.topics)
+        if args.remove_query:  # one hit deeper, so that a dropped self-hit leaves --hits behind
+            run, tag = _search(argparse.Namespace(**{**vars(args), "hits": args.hits + 1}), topics)
+            run = remove_self_hits(run, args.hits)
+        else:
+            run, tag = _search(args, topics)
         write_trec_run(args.output, run, tag, args.hits)
     found = sum(1 for hits in run.values() if hits)
     print(f"wrote {args.output}: {found} queries" + (f" ({len(run) - found} of {len(run)} without any hit: "

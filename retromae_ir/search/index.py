@@ -70,6 +70,13 @@ class DocidTable(Sequence):
         return (line.decode() for line in self._data.split(b"\n")[:len(self)])
 
 
+def _metric_name(metric: int) -> str:
+    import faiss
+
+    names = {getattr(faiss, name): name for name in dir(faiss) if name.startswith("METRIC_")}
+    return names.get(metric, f"metric {metric}")
+
+
 class HybridIndex:
     """docids, the faiss index and its stored vectors [N, d'], and (DupMAE) the OT store."""
 
@@ -94,6 +101,10 @@ class HybridIndex:
         self.docids = DocidTable((dense_dir / "docid").read_bytes())
         if self.faiss_index.ntotal == 0:
             raise IndexMismatchError(f"{dense_dir} is an empty index (0 vectors)")
+        if self.faiss_index.metric_type != faiss.METRIC_INNER_PRODUCT:  # index_factory's default is L2: its
+            raise IndexMismatchError(                                    # distances would rank as scores
+                f"{dense_dir / 'index'} measures {_metric_name(self.faiss_index.metric_type)}, not the inner "
+                f"product Eq. 12 adds: build it with faiss.index_factory(d, description, faiss.METRIC_INNER_PRODUCT)")
         if self.faiss_index.d != self.card.dims:
             raise IndexMismatchError(f"{dense_dir} holds {self.faiss_index.d}-d vectors, the card gives {self.card.dims}")
         if len(self.docids) != self.faiss_index.ntotal:

@@ -11,8 +11,8 @@ from retromae_ir.evaluate.metrics import (
     evaluate_per_query,
     evaluate_run,
     ranked,
-    remove_self_hits,
 )
+from retromae_ir.runs import remove_self_hits
 
 QRELS = {"q1": {"d1": 1, "d2": 2, "d3": 0, "d4": 1}, "q2": {"e1": 1}, "q3": {"f1": 1}}
 RUN = {

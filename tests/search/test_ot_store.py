@@ -326,3 +326,11 @@ def test_other_faiss_indexes_are_rescored_from_their_own_vectors(synthetic, tmp_
     reference = BruteForceScorer(searcher.index).search(queries.dense, queries.sparse, 10)
     for exact, expected in zip(searcher.search_encoded(queries, 10), reference):
         assert [d for d, _ in exact] == [d for d, _ in expected]
+    # index_factory's default metric is L2: its distances were ranked as scores, highest first (exit 0)
+    l2 = faiss.index_factory(DIMS, factory)
+    l2.train(vectors)
+    l2.add(vectors)
+    faiss.write_index(l2, str(copy / "dense" / "index"))
+    with pytest.raises(IndexMismatchError, match=r"dense/index measures METRIC_L2, not the inner product.*"
+                                                 r"faiss.METRIC_INNER_PRODUCT"):
+        ExactHybridSearcher(copy, card, candidates=100)

@@ -102,6 +102,27 @@ def test_candidates_outside_the_hybrid_search_are_refused(tmp_path, capsys, extr
     assert exit_.value.code == 2 and "--candidates (K') applies to --mode hybrid" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra", [[], ["--brute-force"], ["--mode", "dense"]])
+def test_remove_query_drops_self_hits_and_keeps_the_hits_asked_for(handful, tmp_path, extra):
+    """Queries named as the documents they are about (ArguAna's and Quora's case): --remove-query drops each
+    query's own document and still writes --hits hits (the docs pointed here for it; the flag did not exist)."""
+    from retromae_ir.search.__main__ import main
+
+    card, index, _, topics, expected = handful
+    own = tmp_path / "own.tsv"  # each topic under the id of the document it is about
+    own.write_text("".join(f"{expected[qid]}\t{text}" + "\n" for qid, text in
+                           (line.split("\t", 1) for line in topics.read_text().splitlines())))
+    kept, dropped = tmp_path / "kept.txt", tmp_path / "dropped.txt"
+    for path, flag in ((kept, []), (dropped, ["--remove-query"])):
+        main(["--index", str(index), "--encoder", str(card), "--topics", str(own), "--output", str(path),
+              "--hits", "3", *flag, *extra])
+    with_self, without = read_trec_run(kept), read_trec_run(dropped)
+    assert all(next(iter(hits)) == qid for qid, hits in with_self.items())  # its own document first
+    for qid, hits in without.items():
+        assert qid not in hits and len(hits) == 3
+        assert list(hits)[:2] == [d for d in with_self[qid] if d != qid][:2]
+
+
 def test_brute_force_cli_matches_exact_cli(handful, tmp_path):
     from retromae_ir.search.__main__ import main
 
