@@ -273,21 +273,26 @@ class Chain:
         if self.config.sparse_weight > 0:
             card = self.write_card(name, checkpoint, self.config.sparse_weight)
             if self.config.evaluate_pretrained:
-                self.evaluate(name, self.card_retrievers(card))
+                self.evaluate(name, self.card_retrievers(card), {"start": artifact_digest(card)})
             return card
-        self.drop_stale_evaluation(name, {})
+        # keyed as stage 1 keys its start (the card's fingerprint, with the pooling the checkpoint declares, and its
+        # files or cached revision): a start that changed so is measured and its weight chosen again (it kept the
+        # old ones while stage 1 was trained again from the new start)
+        unweighted = self.write_card(f"{name}-unweighted", checkpoint)
+        depends_on = {"start": artifact_digest(unweighted)}
+        self.drop_stale_evaluation(name, depends_on)
         if "sparse_weight" not in self.results.get(name, {}):
-            self.choose_sparse_weight(name, self.write_card(f"{name}-unweighted", checkpoint))
+            self.choose_sparse_weight(name, unweighted, depends_on)
         self.evaluated.add(name)
         return self.write_card(name, checkpoint, self.results[name]["sparse_weight"])
 
-    def choose_sparse_weight(self, name: str, card: Path) -> None:
+    def choose_sparse_weight(self, name: str, card: Path, depends_on: dict) -> None:
         """Sweep the OT weight on the dev split over the starting checkpoint's index; record the sweep, the choice,
         and the starting checkpoint's test metrics (dense, sparse, and the hybrid at the chosen weight only)."""
         from retromae_ir.evaluate.sparse_weight import best_weight, sweep_sparse_weight
 
         start = time.time()
-        self.record_made_with(name, {})
+        self.record_made_with(name, depends_on)
         retrievers = self.card_retrievers(card)
         retriever = retrievers["hybrid"]
         index = retriever.build_index(self.corpus, self.index_name(name))

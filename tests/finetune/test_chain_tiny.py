@@ -124,9 +124,11 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     results = json.loads((output / "results.json").read_text())
     evaluated_on = {"corpus_sha256": file_digest(output / "corpus-40.jsonl"),
                     "dev_qrels_sha256": file_digest(output / "splits" / "dev.tsv")}
+    start = {"start": chain.artifact_digest(output / "0-pretrain-unweighted.yaml")}  # keyed as stage 1 keys it
     for stage in ("0-pretrain", *STAGES):
         assert results[stage]["made_with"] == {**evaluated_on, "encoding": ENCODING_VERSION, "search": SEARCH_VERSION,
-                                               "evaluation": EVALUATION_VERSION}
+                                               "evaluation": EVALUATION_VERSION,
+                                               **(start if stage == "0-pretrain" else {})}
         results[stage]["hybrid"]["ndcg@10"] = -1.0
         # 1-stage1's record goes below; the others were made on another dev split, or by older code
         made_with = results[stage]["made_with"]
@@ -143,6 +145,15 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     for stage in ("0-pretrain", *STAGES):
         assert remeasured[stage] == main[stage] | {"eval_wall_s": mock.ANY}
     main = remeasured
+    # a start that is another representation now (its declared pooling, a hub name's new revision: stage 1 keys it
+    # so and is trained again): its rows and dev-chosen OT weight are measured again, not kept beside the new stages
+    results = json.loads((output / "results.json").read_text())
+    results["0-pretrain"]["made_with"]["start"] = {"card": "another", "checkpoint": "another"}
+    results["0-pretrain"]["sparse_weight"] = 123.0
+    (output / "results.json").write_text(json.dumps(results))
+    chain_main(argv)
+    assert json.loads((output / "results.json").read_text())["0-pretrain"] == main["0-pretrain"] | {
+        "eval_wall_s": mock.ANY}
 
     # a stage folder deleted by hand: the stage is made again and evaluated again (its old metrics used to stay,
     # reported beside the new weights); stage 2's digest is recorded, so an equal re-made one keeps distillation
