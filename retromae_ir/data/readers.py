@@ -81,6 +81,9 @@ def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
             line = line.rstrip("\r\n")
             if number == 1:
                 line = line.removeprefix("\ufeff")  # a byte-order mark would become part of the first id
+            elif line.startswith("\ufeff"):  # not whitespace: it would become part of this line's id
+                raise DataFormatError(f"{path}:{number}: a byte-order mark starts this line (files joined with cat, "
+                                      f"one saved with a mark?); remove it")
             if line.strip():
                 yield number, line
 

@@ -204,6 +204,19 @@ def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
     assert list(load_topics(topics)) == ["1", "2"] and list(load_qrels(qrels)) == ["1"]
 
 
+@pytest.mark.parametrize("reader, content", [
+    (load_topics, "1\tcells\n\ufeff2\tsun\n"),
+    (load_qrels, "1 0 d1 1\n\ufeff2 0 d2 1\n"),
+    (lambda path: list(iter_msmarco_collection(path)), "0\tfirst\n\ufeff1\tsecond\n"),
+])
+def test_a_byte_order_mark_inside_a_file_is_an_error(tmp_path, reader, content):
+    """Two files saved with a mark and joined with cat: the second mark became part of an id that no qrels or run
+    could match (exit 0)."""
+    path = write(tmp_path / "joined.tsv", content.encode("utf-8"))
+    with pytest.raises(DataFormatError, match=r"joined\.tsv:2: a byte-order mark starts this line"):
+        reader(path)
+
+
 def test_a_trec_topic_left_open_at_the_end_is_an_error_not_a_topic_fewer(tmp_path):
     path = write(tmp_path / "topics.txt", "<top>\n<num> Number: 1\n<title> a\n</top>\n<top>\n<num> Number: 2\n"
                                           "<title> cut off here")
