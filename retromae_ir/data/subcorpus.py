@@ -23,8 +23,9 @@ def judged_ids(qrels_files: list[PathLike]) -> set[str]:
 def write_judged_subcorpus(corpus: PathLike, qrels_files: list[PathLike], size: int, output: PathLike,
                            seed: int = 0) -> int:
     """Write ``size`` documents of ``corpus`` to ``output`` (BEIR JSONL, corpus order): the judged ones and a
-    ``seed``-ed sample of the others. Returns the number written. ``size`` below the judged count, or judged ids
-    missing from the corpus, are errors and leave no file behind."""
+    ``seed``-ed sample of the others. Returns the number written. ``size`` below the judged count or above the
+    corpus's (it was the whole corpus, reported as a ``size``-document sub-corpus), or judged ids missing from the
+    corpus, are errors and leave no file behind."""
     documents = list(iter_beir_corpus(corpus))
     judged = judged_ids(qrels_files)
     missing = judged - {doc.docid for doc in documents}
@@ -34,8 +35,11 @@ def write_judged_subcorpus(corpus: PathLike, qrels_files: list[PathLike], size: 
     if size < len(judged):
         raise ValueError(f"sub-corpus size {size} is below the {len(judged)} judged documents of "
                          f"{', '.join(map(str, qrels_files))}")
+    if size > len(documents):
+        raise ValueError(f"sub-corpus size {size} is above the {len(documents)} documents of {corpus}: ask for at "
+                         f"most {len(documents)}, or for the whole corpus (corpus_docs=0 in the chain)")
     others = [doc.docid for doc in documents if doc.docid not in judged]
-    keep = judged | set(random.Random(seed).sample(others, min(size - len(judged), len(others))))
+    keep = judged | set(random.Random(seed).sample(others, size - len(judged)))
     with atomic_write(output) as handle:
         for doc in documents:
             if doc.docid in keep:
