@@ -149,6 +149,15 @@ def model_flops_per_doc(config, tokens: np.ndarray, lm_head: bool, head_tokens: 
     return body + head
 
 
+def padded_lengths(tokens: np.ndarray, batch: int) -> np.ndarray:
+    """Each document's length as a loop over batches of ``batch`` in corpus order runs it (Pyserini's encode):
+    its batch's longest."""
+    padded = tokens.copy()
+    for start in range(0, len(tokens), batch):
+        padded[start:start + batch] = tokens[start:start + batch].max()
+    return padded
+
+
 def token_counts(tokenizer, texts: list[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
     """Tokens of each text after truncation at ``max_length``, and how many of them are ordinary (not special)."""
     ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
@@ -318,9 +327,10 @@ def encode_benchmark(args, start_routes: dict | None = None) -> dict:
         return "first token" if model.first_token_last_layer else None
 
     # name -> (run over a list of texts, the count of its work: None (the encoder), "first token" (the encoder
-    # with the last layer's first row only), the LM head over "all" tokens or the "ordinary" ones)
-    systems = {PYSERINI_DENSE: (pyserini_loop(pyserini), None),
-               PYSERINI_SPLADE: (pyserini_loop(splade), "all"),
+    # with the last layer's first row only), the LM head over "all" tokens or the "ordinary" ones; "padded" and
+    # "padded all": Pyserini's, which pads each batch of 64 to its longest document and runs every position)
+    systems = {PYSERINI_DENSE: (pyserini_loop(pyserini), "padded"),
+               PYSERINI_SPLADE: (pyserini_loop(splade), "padded all"),
                OURS_DENSE: (ours_run(ours["minilm-cls"]), work(ours["minilm-cls"])),
                OURS_DUPMAE: (ours_run(ours["dupmae-minilm"]), work(ours["dupmae-minilm"])),
                **({OURS_DUPMAE_TILED: (other_max_pool, "ordinary")} if on_cuda else
@@ -370,8 +380,10 @@ def encode_benchmark(args, start_routes: dict | None = None) -> dict:
     flops = {None: model_flops_per_doc(config, tokens, False).sum(),
              "first token": model_flops_per_doc(config, tokens, False, first_token_last_layer=True).sum(),
              "all": model_flops_per_doc(config, tokens, True).sum(),
-             "ordinary": model_flops_per_doc(config, tokens, True, ordinary).sum()}
-    heads = {**{name: head for name, (_, head) in systems.items()}, splade_model_only: "all"}
+             "ordinary": model_flops_per_doc(config, tokens, True, ordinary).sum(),
+             "padded": model_flops_per_doc(config, padded_lengths(tokens, 64), False).sum(),
+             "padded all": model_flops_per_doc(config, padded_lengths(tokens, 64), True).sum()}
+    heads = {**{name: head for name, (_, head) in systems.items()}, splade_model_only: "padded all"}
     ceiling = max(paths.values())
     results = {"device": device, "dtype": dtype, "docs": len(texts), "mean_tokens_per_doc": float(tokens.mean()),
                "mean_ordinary_tokens_per_doc": float(ordinary.mean()), f"{dtype}_ceiling_gflops": ceiling,
@@ -599,8 +611,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    from retromae_ir.hardware import bf16_is_fast
+
+    # bf16's routes only where it is native or asked for: emulated (AVX2) its square product took about 4 minutes
+    dtypes = ("fp32", "bf16") if bf16_is_fast(args.device) or args.dtype == "bf16" else ("fp32",)
     results = {"threads": args.threads, "device": args.device, "dtype": args.dtype,
-               "matmul_routes_gflops": matmul_paths(args.threads, device=args.device)}
+               "matmul_routes_gflops": matmul_paths(args.threads, device=args.device, dtypes=dtypes)}
     print(json.dumps(results), flush=True)
     if "encode" not in args.skip:
         results["encode"] = encode_benchmark(args, results["matmul_routes_gflops"])

@@ -9,7 +9,8 @@ as before the token cap of :mod:`retromae_ir.encode.batching`, and DupMAE's deco
 Routes: ``F.linear`` (MKL's sgemm), a frozen ``torch.compile``d ``nn.Linear`` (``FrozenCompiled``: inductor
 pre-packs the weight for oneDNN when the batch is symbolic), and :class:`retromae_ir.encode.packed_linear.PackedLinear`
 (oneDNN with a pre-packed weight, no compilation). Shapes: a square 2048 product, MiniLM's attention projection and
-FFN over 64 x 256 tokens, and DupMAE's decoder over 137 packed rows (``max_pool_logits``' tile for another decoder).
+FFN over 64 x 256 tokens, and DupMAE's decoder over ``CPU_ROWS`` packed rows (``max_pool_logits``' CPU tile; logs
+before 2026-11-25 timed its earlier tile of 137 rows).
 Timed as the encode benchmark's ceiling is (``encode_search.gflops``: best of three rounds of about ``--seconds``
 each, after an untimed call); GFLOP/s = 2 M K N / seconds.
 
@@ -29,9 +30,10 @@ import json
 import torch
 
 from retromae_ir.cli import Repeatable
+from retromae_ir.encode.representation import CPU_ROWS
 
 SHAPES = {"square 2048": (2048, 2048, 2048), "attention projection": (16384, 384, 384),
-          "FFN in": (16384, 384, 1536), "FFN out": (16384, 1536, 384), "DupMAE decoder": (137, 384, 30522)}
+          "FFN in": (16384, 384, 1536), "FFN out": (16384, 1536, 384), "DupMAE decoder": (CPU_ROWS, 384, 30522)}
 
 
 def main(argv=None) -> int:

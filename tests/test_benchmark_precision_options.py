@@ -113,3 +113,13 @@ def test_one_round_is_refused_it_leaves_the_first_system_cold(encode_search, cap
         encode_search.parse_args(["--corpus", "c.jsonl", "--work", "W", "--rounds", "1",
                                   "--skip", "precision", "search", "sizes"])
     assert "--rounds must be at least 2" in capsys.readouterr().err
+
+
+def test_pyserini_work_is_counted_at_its_padded_lengths(encode_search):
+    """Pyserini pads each batch of 64 to its longest document and runs every position: its GFLOP/s counted the
+    real tokens (7% less work than ran on scifact)."""
+    import numpy as np
+
+    tokens = np.array([3, 5, 2, 7, 1])
+    np.testing.assert_array_equal(encode_search.padded_lengths(tokens, 2), [5, 5, 7, 7, 1])
+    np.testing.assert_array_equal(tokens, [3, 5, 2, 7, 1])  # the counts themselves untouched
