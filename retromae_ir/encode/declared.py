@@ -21,11 +21,13 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 MODULES = "modules.json"
-POOLING_TYPE = "sentence_transformers.models.Pooling"
-NORMALIZE_TYPE = "sentence_transformers.models.Normalize"
-TRANSFORMER_TYPE = "sentence_transformers.models.Transformer"
+# modules.json names a module by its class's import path, which sentence-transformers moved between versions
+# (``sentence_transformers.models.Pooling``; 6.x ``sentence_transformers.sentence_transformer.modules.pooling.Pooling``):
+# the class name is what is compared
+TRANSFORMER, POOLING, NORMALIZE = "Transformer", "Pooling", "Normalize"
 # 1_Pooling/config.json flag -> our pooling name; other modes (max, mean_sqrt_len, ...) have no equivalent here
 POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+POOLING_MODES = {"cls": "cls", "mean": "mean"}  # 6.x writes {"pooling_mode": "mean"} instead of the flags
 
 
 class DeclarationError(ValueError):
@@ -56,17 +58,17 @@ def _declared(checkpoint: str) -> Declared:
     if modules_file is None:
         return Declared()
     modules = json.loads(Path(modules_file).read_text())
-    types = {module.get("type"): module.get("path", "") for module in modules}
+    classes = {str(module.get("type")).rsplit(".", 1)[-1]: module.get("path", "") for module in modules}
     for module in modules:  # a Dense projection (LaBSE, distiluse) would otherwise be dropped without a word
-        if module.get("type") not in (TRANSFORMER_TYPE, POOLING_TYPE, NORMALIZE_TYPE):
+        if str(module.get("type")).rsplit(".", 1)[-1] not in (TRANSFORMER, POOLING, NORMALIZE):
             raise DeclarationError(f"{modules_file}: module {module.get('path') or module.get('name')!r} "
                                    f"({module.get('type')}) has no equivalent here, which encodes with the "
                                    "transformer, its pooling and normalisation only; set 'pooling:' and "
                                    "'normalize:' in the encoder card to encode without it deliberately")
-    normalize = NORMALIZE_TYPE in types
-    if POOLING_TYPE not in types:
+    normalize = NORMALIZE in classes
+    if POOLING not in classes:
         return Declared(normalize=normalize)
-    config_name = f"{types[POOLING_TYPE]}/config.json".lstrip("/")
+    config_name = f"{classes[POOLING]}/config.json".lstrip("/")
     config_file = checkpoint_file(checkpoint, config_name)
     if config_file is None:
         return Declared(normalize=normalize)
@@ -74,11 +76,16 @@ def _declared(checkpoint: str) -> Declared:
 
 
 def _pooling(config: dict, where: str | os.PathLike) -> str:
-    modes = [flag for flag, on in config.items() if flag.startswith("pooling_mode_") and on]
-    if len(modes) != 1 or modes[0] not in POOLING_FLAGS:
+    if "pooling_mode" in config:  # sentence-transformers 6.x: the mode by name
+        mode = config["pooling_mode"]
+        modes, pooling = [mode], POOLING_MODES.get(mode) if isinstance(mode, str) else None
+    else:
+        modes = [flag for flag, on in config.items() if flag.startswith("pooling_mode_") and on]
+        pooling = POOLING_FLAGS.get(modes[0]) if len(modes) == 1 else None
+    if pooling is None:
         raise DeclarationError(f"{where}: pooling {modes} has no equivalent here (cls or mean); set 'pooling:' in "
                                "the encoder card explicitly")
-    return POOLING_FLAGS[modes[0]]
+    return pooling
 
 
 def checkpoint_file(checkpoint: str, filename: str) -> str | None:

@@ -69,6 +69,20 @@ def test_a_module_we_cannot_reproduce_is_a_clear_error_unless_the_card_is_explic
     assert (explicit.pooling, explicit.normalize) == ("mean", True)
 
 
+def test_a_checkpoint_saved_by_the_installed_sentence_transformers_is_read(minilm_path, tmp_path):
+    """sentence-transformers 6.x names modules by their new import paths and writes {"pooling_mode": "mean"}: such
+    a checkpoint was read as declaring nothing ([CLS], no normalisation), then refused for its Transformer."""
+    from sentence_transformers import SentenceTransformer
+
+    saved = tmp_path / "saved"
+    SentenceTransformer(str(minilm_path), device="cpu").save(str(saved))
+    resolved = EncoderCard(name="t", checkpoint=str(saved), kind="mean-dense", dims=384)
+    assert (resolved.pooling, resolved.normalize) == ("mean", True)
+    (saved / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 384, "pooling_mode": "max"}))
+    with pytest.raises(CardError, match=r"1_Pooling/config.json: pooling \['max'\] has no equivalent here"):
+        EncoderCard(name="t", checkpoint=str(saved), kind="mean-dense", dims=384)
+
+
 def test_packaged_minilm_is_read_with_its_own_mean_pooling_and_cosine():
     minilm = load_card("dupmae-minilm")
     assert (minilm.pooling, minilm.normalize) == ("mean", True)
