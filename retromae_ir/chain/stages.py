@@ -351,7 +351,8 @@ class Chain:
             *grad_cache_flags(c, group),
             *self.flags(out, c.steps, c.stage_epochs(stage)),
             log_file=self.log_file), inputs=(card, self.corpus, *files),
-            code={**TRAINING_CODE, **({"masking": MASKING_VERSION} if "--mask-false-negatives" in dropout else {})})
+            code={**TRAINING_CODE, **({"masking": MASKING_VERSION} if "--mask-false-negatives" in dropout
+                                      or "--train" in data else {})})  # the twin rule, where it acts
         return out / "card.yaml"
 
     def cross_encoder(self, negatives: Path) -> Path:
@@ -362,7 +363,7 @@ class Chain:
             "retromae_ir.rerank", "train", *model, "--train", str(negatives), "--corpus", str(self.corpus),
             "--group-size", str(c.group), "--batch-size", str(c.ce_batch), "--max-length", str(c.ce_length),
             "--lr", str(c.ce_lr), *self.flags(out, c.ce_steps), log_file=self.log_file),
-            inputs=(negatives, self.corpus))
+            inputs=(negatives, self.corpus), code={"masking": MASKING_VERSION})  # the twin rule on its negatives
         return out
 
     def soft_labels(self, teacher: Path | str, negatives: Path) -> Path:

@@ -39,10 +39,11 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
                  if value is not None}
     card = load_card(model_args.encoder, **overrides)
     # the start's weight and tokenizer files too: a stage trained again in place keeps its card but is another start;
-    # the twin rule always (it drops listed negatives that are a twin's positive, with or without masking)
+    # the twin rule wherever it acts (masking, or a --train file's listed negatives that are a twin's positive)
+    twins = loss.mask_false_negatives or data.train is not None
     identity = run_identity(model_args, data, loss, training,
                             {"card": card.fingerprint(), "start_weights": checkpoint_key(card.checkpoint_path()),
-                             "masking": MASKING_VERSION})
+                             **({"masking": MASKING_VERSION} if twins else {})})
     with exclusive_run(training, identity):
         return _train(card, model_args, data, loss, training, identity)
 

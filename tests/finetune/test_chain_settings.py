@@ -419,7 +419,7 @@ def test_trained_and_mined_stages_are_keyed_on_the_code_versions_their_outputs_d
     from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
     codes = {}
-    chain = SimpleNamespace(config=ChainConfig(), output=tmp_path, corpus=tmp_path / "corpus.jsonl",
+    chain = SimpleNamespace(config=ChainConfig(), output=tmp_path, corpus=tmp_path / "corpus.jsonl", model=None,
                             train=["--queries", "q.jsonl", "--qrels", "train.tsv"], index_root=tmp_path / "indexes",
                             train_files=(tmp_path / "q.jsonl", tmp_path / "train.tsv"), bf16=False, lucene=True,
                             flags=lambda *args: [], log_file=None,
@@ -427,10 +427,15 @@ def test_trained_and_mined_stages_are_keyed_on_the_code_versions_their_outputs_d
     Chain.finetune(chain, "2-stage2", "2", tmp_path / "1-stage1.yaml", tmp_path / "negatives.jsonl", 4)
     Chain.mine(chain, "2-mined-negatives", str(tmp_path / "1-stage1.yaml"), "index")
     Chain.mine(chain, "1-bm25-negatives", "bm25")
+    Chain.cross_encoder(chain, tmp_path / "negatives.jsonl")
+    Chain.finetune(chain, "1-stage1", "1", tmp_path / "0-start.yaml", chain.train, 1)
+    assert codes.pop("1-stage1") == {"encoding": ENCODING_VERSION}  # from qrels, unmasked: no twin rule acts
     chain.config = ChainConfig(mask_false_negatives=True)  # the masking rule keys a stage that masks
     Chain.finetune(chain, "1-stage1", "1", tmp_path / "0-start.yaml", chain.train, 1)
     assert codes.pop("1-stage1") == {"encoding": ENCODING_VERSION, "masking": MASKING_VERSION}
-    assert codes == {"2-stage2": {"encoding": ENCODING_VERSION},
+    # the twin rule drops a training file's listed negatives that are a twin's positive: it keys those stages too
+    assert codes == {"2-stage2": {"encoding": ENCODING_VERSION, "masking": MASKING_VERSION},
+                     "4-cross-encoder": {"masking": MASKING_VERSION},
                      "2-mined-negatives": {"mining": MINING_VERSION, "encoding": ENCODING_VERSION,
                                            "search": SEARCH_VERSION},
                      "1-bm25-negatives": {"mining": MINING_VERSION, **index_code()}}

@@ -117,18 +117,24 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, sc
     assert refused.value.code == 2 and "start weights {" in capsys.readouterr().err
 
 
-def test_resume_under_another_twin_rule_is_refused(tiny_bert_dir, scifact_slice, tmp_path, capsys, monkeypatch):
-    """The twin-query rule drops listed negatives that are a same-text query's positive, with or without
-    --mask-false-negatives: a run begun under one rule was resumed under the next (other negatives, exit 0)."""
+def test_resume_under_another_twin_rule_is_refused_where_the_rule_acts(tiny_bert_dir, scifact_slice, tmp_path, capsys,
+                                                                      monkeypatch):
+    """The twin-query rule decides what --mask-false-negatives leaves out (and drops a --train file's listed negatives
+    that are a twin's positive): a run begun under one rule was resumed under the next (exit 0). From qrels without
+    masking the rule changes nothing, and such a run resumes."""
+    import retromae_ir.finetune.__main__ as cli
+
     argv = ["--stage", "1", "--encoder", str(tiny_card_file(tiny_bert_dir, tmp_path)), "--queries",
             str(scifact_slice / "queries.jsonl"), "--qrels", str(scifact_slice / "qrels/train.tsv"), "--corpus",
             str(scifact_slice / "corpus.jsonl"), "--group-size", "1", "--batch-size", "4", "--device", "cpu",
-            "--save-steps", "1", "--output", str(tmp_path / "s1")]
-    finetune([*argv, "--max-steps", "1"])
-    import retromae_ir.finetune.__main__ as cli
-
+            "--save-steps", "1"]
+    masked, plain = [*argv, "--mask-false-negatives", "--output", str(tmp_path / "m")], [
+        *argv, "--output", str(tmp_path / "p")]
+    finetune([*masked, "--max-steps", "1"])
+    finetune([*plain, "--max-steps", "1"])
     monkeypatch.setattr(cli, "MASKING_VERSION", cli.MASKING_VERSION + 1)  # the next rule
     with pytest.raises(SystemExit) as refused:
-        finetune([*argv, "--max-steps", "2", "--resume"])
+        finetune([*masked, "--max-steps", "2", "--resume"])
     assert refused.value.code == 2
     assert f"twin-query rule {cli.MASKING_VERSION - 1} -> {cli.MASKING_VERSION}" in capsys.readouterr().err
+    finetune([*plain, "--max-steps", "2", "--resume"])  # nothing the rule decides: resumed
