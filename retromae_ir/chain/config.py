@@ -82,6 +82,8 @@ class ChainConfig:
             raise ValueError(f"chain settings: attention_dropout must be < 1 (negative: the checkpoint's), "
                              f"dense_loss_weight and sparse_loss_weight >= 0; got {self.attention_dropout}, "
                              f"{self.dense_loss_weight}, {self.sparse_loss_weight}")
+        if not 0 <= self.warmup_ratio < 1:  # the trainer refuses it too, but only once the baselines have run
+            raise ValueError(f"chain settings: warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.ablation and not self.pretrain:  # the ablation is the chain without pre-training: nothing to ablate
             raise ValueError("chain settings: ablation needs pretrain: true")
         if self.teacher and not self.distill:

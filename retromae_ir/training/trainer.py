@@ -65,6 +65,12 @@ class TrainerError(ValueError):
     """Bad training set-up (existing output without --resume, a resume state that does not fit...)."""
 
 
+def as_written(value: float) -> Fraction:
+    """A fraction of a run (``--epochs``, ``--warmup-ratio``) as the user wrote it: 1.1 x 100 batches is 110 steps,
+    where the float 1.1 (1.10000000000000008882) made 111, and 0.29 x 100 is 29 warm-up steps, not 28."""
+    return Fraction(str(value))
+
+
 @dataclass
 class Schedule:
     """How micro-batches map to optimizer steps and epochs for a given corpus size and world size."""
@@ -81,9 +87,8 @@ class Schedule:
         if per_epoch < 1:
             raise TrainerError(f"corpus has {examples} segments, fewer than one global batch "
                                f"({args.batch_size} x {world_size} processes)")
-        # --epochs as written (1.1, not the float 1.1000000000000000888): 1.1 x 100 batches is 110 steps, not 111
-        epochs = Fraction(str(args.epochs))
-        steps = args.max_steps if args.max_steps > 0 else math.ceil(epochs * per_epoch / args.grad_accum)
+        steps = args.max_steps if args.max_steps > 0 else math.ceil(as_written(args.epochs) * per_epoch
+                                                                    / args.grad_accum)
         if steps < 1:
             raise TrainerError("nothing to train: --max-steps and --epochs give 0 optimizer steps")
         return cls(examples, args.batch_size, world_size, args.grad_accum, steps)
@@ -127,7 +132,7 @@ class LinearPlan:
 
     @classmethod
     def build(cls, total: int, warmup_ratio: float) -> "LinearPlan":
-        return cls(total, int(total * warmup_ratio))
+        return cls(total, math.floor(total * as_written(warmup_ratio)))
 
     def factor(self, step: int) -> float:
         if step < self.warmup:

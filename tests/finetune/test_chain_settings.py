@@ -122,6 +122,13 @@ def test_bad_stage_one_settings_are_refused_before_anything_runs(fields):
         ChainConfig().replace([f"{key}={value}" for key, value in fields.items()])
 
 
+@pytest.mark.parametrize("ratio", [1.0, -0.1])
+def test_a_warm_up_ratio_outside_zero_to_one_is_refused_before_anything_runs(ratio):
+    """--set warmup_ratio=1 ran the baselines, then stopped at the first training stage."""
+    with pytest.raises(ValueError, match=rf"chain settings: warmup_ratio must be in \[0, 1\), got {ratio}"):
+        ChainConfig().replace([f"warmup_ratio={ratio}"])
+
+
 def test_the_pretrain_entry_carries_the_start_settings_its_evaluation_used():
     """With pre-training, 0-pretrain holds the start's OT weight and metrics: k, lengths and bf16 shaped them."""
     config = ChainConfig(pretrain=True)

@@ -180,6 +180,14 @@ def test_epochs_count_steps_as_written(epochs, batches, steps):
     assert Schedule.build(batches * 4, args, world_size=1).max_steps == steps
 
 
+def test_warm_up_steps_count_as_written():
+    """0.29 x 100 steps is 29 warm-up steps: the float product (28.999999999999996) was cut to 28."""
+    from retromae_ir.training.trainer import LinearPlan
+
+    assert LinearPlan.build(100, 0.29).warmup == 29
+    assert LinearPlan.build(100, 0.1).warmup == 10 and LinearPlan.build(15, 0.1).warmup == 1
+
+
 def test_existing_output_needs_resume(tiny_bert_dir, corpus, tmp_path, capsys):
     output = tmp_path / "out"
     output.mkdir()
