@@ -78,14 +78,20 @@ def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise DataFormatError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
-            line = line.rstrip("\r\n")
-            if number == 1:
-                line = line.removeprefix("\ufeff")  # a byte-order mark would become part of the first id
-            elif line.startswith("\ufeff"):  # not whitespace: it would become part of this line's id
-                raise DataFormatError(f"{path}:{number}: a byte-order mark starts this line (files joined with cat, "
-                                      f"one saved with a mark?); remove it")
+            line = without_byte_order_mark(path, number, line.rstrip("\r\n"))
             if line.strip():
                 yield number, line
+
+
+def without_byte_order_mark(path: Path, number: int, line: str) -> str:
+    """Line ``number`` of ``path`` without the byte-order mark a file may start with; one starting a later line is
+    an error (files joined with cat): not whitespace, it would become part of that line's id."""
+    if number == 1:
+        return line.removeprefix("\ufeff")
+    if line.startswith("\ufeff"):
+        raise DataFormatError(f"{path}:{number}: a byte-order mark starts this line (files joined with cat, one "
+                              f"saved with a mark?); remove it")
+    return line
 
 
 def _json_object(path: Path, number: int, line: str) -> dict:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from retromae_ir.data.readers import DataFormatError, Document
+from retromae_ir.data.readers import DataFormatError, Document, without_byte_order_mark
 from retromae_ir.runs import Run, ranked
 from retromae_ir.evaluate.runs import EvaluationError
 from retromae_ir.io import atomic_write
@@ -70,9 +70,10 @@ def _decoded_lines(path: Path) -> Iterator[str]:
                 raise DataFormatError(f"{path}:{number + 1}: not a valid gzip file ({err})") from None
             number += 1
             try:
-                yield raw.decode("utf-8")
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise DataFormatError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
+            yield without_byte_order_mark(path, number, line)
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:

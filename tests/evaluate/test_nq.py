@@ -107,6 +107,17 @@ def test_a_malformed_corpus_line_is_named(tmp_path, line, message):
         nq.read_dpr_corpus(path)
 
 
+def test_byte_order_marks_are_read_as_the_other_readers_read_them(tmp_path):
+    """A mark starting the file is no part of the header (it read as a passage named '\ufeffid'); one starting a
+    later line (files joined with cat) is an error naming it, not an id no run could match."""
+    path = tmp_path / "psgs.tsv"
+    path.write_text("\ufeffid\ttext\ttitle\n1\tParis is a city.\tParis\n", encoding="utf-8")
+    assert nq.read_dpr_corpus(path) == (["1"], ["Paris Paris is a city."])
+    path.write_text("id\ttext\ttitle\n1\tParis is a city.\tParis\n\ufeff2\tRome.\tRome\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"psgs\.tsv:3: a byte-order mark starts this line"):
+        nq.read_dpr_corpus(path)
+
+
 def test_bad_bytes_bad_gzip_and_empty_files_are_named(tmp_path):
     path = tmp_path / "psgs.tsv"
     path.write_bytes(b"id\ttext\ttitle\n1\tgood\tt\n2\tbad \xff byte\tt\n")
