@@ -60,6 +60,7 @@ def evaluate(model, folder: Path) -> dict:
     from retromae_ir.evaluate import evaluate_run, remove_self_hits
     from retromae_ir.evaluate.beir_suite import judged_queries
     from retromae_ir.evaluate.sparse_weight import top_run
+    from retromae_ir.search.brute_force import dense_scores
 
     corpus = load_beir_corpus(folder / "corpus.jsonl")
     docids = list(corpus)
@@ -68,7 +69,8 @@ def evaluate(model, folder: Path) -> dict:
                         show_progress_bar=True)
     qids = list(queries)
     encoded = model.encode([queries[q] for q in qids], batch_size=64, normalize_embeddings=True)
-    scores = np.asarray(encoded) @ np.asarray(docs).T  # scored as the chain's rows are: self-hits out, 100 left
+    # scored as the chain's rows are: row by row (copies of a document tie exactly), self-hits out, 100 left
+    scores = dense_scores(np.asarray(docs), np.asarray(encoded))
     return evaluate_run(remove_self_hits(top_run(scores, qids, docids, 101), 100), qrels, ("ndcg@10", "recall@100"))
 
 

@@ -1,6 +1,6 @@
-"""Exhaustive Eq. 12 scoring (dense matmul + sparse matmul over the whole corpus): the reference the exact
-hybrid searcher is measured against; practical for small corpora (scores are a dense [B, N] matrix, and the OT
-store is materialised as a float32 scipy matrix, 8 bytes a posting).
+"""Exhaustive Eq. 12 scoring (the dense side row by row, the sparse side as a sparse matmul, over the whole corpus):
+the reference the exact hybrid searcher is measured against; practical for small corpora (scores are a dense
+[B, N] matrix, and the OT store is materialised as a float32 scipy matrix, 8 bytes a posting).
 
 It reads the same stored precision as the exact searcher (the float16 OT weights of the store, the flat index's
 float32 vectors), through another code path (scipy's sparse product instead of the store's posting-list loop),
