@@ -542,7 +542,10 @@ def chain_corpus(folder: Path, output: Path, config: ChainConfig) -> Path:
     recorded = sub.with_name(sub.name + ".source.json")
     if not (sub.is_file() and recorded.is_file() and json.loads(recorded.read_text()) == source):
         recorded.unlink(missing_ok=True)  # a sub-corpus of other data (a folder of the same name) is made again
-        log.info("%s: %d documents", sub, write_judged_subcorpus(corpus, qrels, config.corpus_docs, sub))
+        try:
+            log.info("%s: %d documents", sub, write_judged_subcorpus(corpus, qrels, config.corpus_docs, sub))
+        except ValueError as error:  # named as the chain's user sets it
+            raise ValueError(f"corpus_docs={config.corpus_docs}: {error} (corpus_docs=0)") from None
         with atomic_write(recorded) as out:
             json.dump(source, out)
     return sub

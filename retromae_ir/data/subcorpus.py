@@ -37,7 +37,7 @@ def write_judged_subcorpus(corpus: PathLike, qrels_files: list[PathLike], size: 
                          f"{', '.join(map(str, qrels_files))}")
     if size > len(documents):
         raise ValueError(f"sub-corpus size {size} is above the {len(documents)} documents of {corpus}: ask for at "
-                         f"most {len(documents)}, or for the whole corpus (corpus_docs=0 in the chain)")
+                         f"most {len(documents)}, or use the whole corpus")
     others = [doc.docid for doc in documents if doc.docid not in judged]
     keep = judged | set(random.Random(seed).sample(others, size - len(judged)))
     with atomic_write(output) as handle:

@@ -139,7 +139,7 @@ def compare(condition: Condition, scores: dict[str, float], tolerance: float) ->
     for metric, expected in condition.expected.items():
         got = scores.get(metric)
         if got is None or not math.isfinite(got) or abs(got - expected) > tolerance:  # NaN compares as close
-            failures.append(f"{metric}: expected {expected:.4f}, got {'nothing' if got is None else f'{got:.6g}'}")
+            failures.append(f"{metric}: expected {expected:.4f}, got {'nothing' if got is None else repr(got)}")
     return failures
 
 

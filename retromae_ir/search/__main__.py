@@ -53,12 +53,11 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     with claim_output(args.output):  # one writer per run file; written atomically, once the search is done
-        topics = load_topics(args.topics)
         if args.remove_query:  # one hit deeper, so that a dropped self-hit leaves --hits behind
-            run, tag = _search(argparse.Namespace(**{**vars(args), "hits": args.hits + 1}), topics)
+            run, tag = _search(args, load_topics(args.topics), args.hits + 1)
             run = remove_self_hits(run, args.hits)
         else:
-            run, tag = _search(args, topics)
+            run, tag = _search(args, load_topics(args.topics), args.hits)
         write_trec_run(args.output, run, tag, args.hits)
     found = sum(1 for hits in run.values() if hits)
     print(f"wrote {args.output}: {found} queries" + (f" ({len(run) - found} of {len(run)} without any hit: "
@@ -66,7 +65,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _search(args, topics: dict[str, str]) -> tuple[dict, str]:
+def _search(args, topics: dict[str, str], hits: int) -> tuple[dict, str]:
     from retromae_ir.search import BruteForceScorer, ExactHybridSearcher
 
     searcher = ExactHybridSearcher(args.index, args.encoder, args.mode, args.candidates, args.threads, args.device)
@@ -76,10 +75,10 @@ def _search(args, topics: dict[str, str]) -> tuple[dict, str]:
         run = {}
         for start in range(0, len(texts), args.batch_size):
             encoded = searcher.model.encode_query(texts[start:start + args.batch_size], args.batch_size)
-            hits = scorer.search(encoded.dense, encoded.sparse, args.hits, args.mode)
-            run.update({qid: dict(h) for qid, h in zip(qids[start:start + args.batch_size], hits)})
+            found = scorer.search(encoded.dense, encoded.sparse, hits, args.mode)
+            run.update({qid: dict(h) for qid, h in zip(qids[start:start + args.batch_size], found)})
     else:
-        run = searcher.batch_search(texts, qids, args.hits, args.batch_size)
+        run = searcher.batch_search(texts, qids, hits, args.batch_size)
     return run, args.tag or f"retromae_ir-{'brute-' if args.brute_force else ''}{args.mode}"
 
 

@@ -122,6 +122,22 @@ def test_bad_stage_one_settings_are_refused_before_anything_runs(fields):
         ChainConfig().replace([f"{key}={value}" for key, value in fields.items()])
 
 
+def test_a_sub_corpus_above_the_corpus_is_refused_naming_the_setting(tmp_path):
+    """It was the whole corpus, titled as a corpus_docs-document judged sub-corpus (exit 0)."""
+    import json
+
+    from retromae_ir.chain.stages import chain_corpus
+
+    folder = tmp_path / "scifact"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": str(i)}) + "\n" for i in range(6)))
+    for split in ("train", "test"):
+        (folder / "qrels" / f"{split}.tsv").write_text(f"query-id\tcorpus-id\tscore\n{split}\td0\t1\n")
+    with pytest.raises(ValueError, match=r"corpus_docs=10: sub-corpus size 10 is above the 6 documents .*\(corpus_docs=0\)"):
+        chain_corpus(folder, tmp_path / "out", ChainConfig(corpus_docs=10))
+    assert not (tmp_path / "out" / "corpus-10.jsonl").exists()
+
+
 @pytest.mark.parametrize("ratio", [1.0, -0.1])
 def test_a_warm_up_ratio_outside_zero_to_one_is_refused_before_anything_runs(ratio):
     """--set warmup_ratio=1 ran the baselines, then stopped at the first training stage."""

@@ -102,7 +102,7 @@ def test_candidates_outside_the_hybrid_search_are_refused(tmp_path, capsys, extr
     assert exit_.value.code == 2 and "--candidates (K') applies to --mode hybrid" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra", [[], ["--brute-force"], ["--mode", "dense"]])
+@pytest.mark.parametrize("extra", [[], ["--brute-force", "--batch-size", "2"], ["--mode", "dense"]])
 def test_remove_query_drops_self_hits_and_keeps_the_hits_asked_for(handful, tmp_path, extra):
     """Queries named as the documents they are about (ArguAna's and Quora's case): --remove-query drops each
     query's own document and still writes --hits hits (the docs pointed here for it; the flag did not exist)."""
