@@ -22,8 +22,8 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 MODULES = "modules.json"
 # modules.json names a module by its class's import path, which sentence-transformers moved between versions
-# (``sentence_transformers.models.Pooling``; 6.x ``sentence_transformers.sentence_transformer.modules.pooling.Pooling``):
-# the class name is what is compared
+# (``sentence_transformers.models.Pooling``; in 6.x
+# ``sentence_transformers.sentence_transformer.modules.pooling.Pooling``): the class name is what is compared
 TRANSFORMER, POOLING, NORMALIZE = "Transformer", "Pooling", "Normalize"
 # 1_Pooling/config.json flag -> our pooling name; other modes (max, mean_sqrt_len, ...) have no equivalent here
 POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}

@@ -16,11 +16,17 @@ from transformers.modeling_outputs import BaseModelOutput
 from retromae_ir.encode.base import CompiledBackbone
 
 
-def check_precision(bf16: bool, capabilities: list[str]) -> None:
-    """Refuse bf16 where the CPU plugin lacks it (``capabilities``: its ``OPTIMIZATION_CAPABILITIES``): there it
-    takes the bf16 hint silently and runs fp32, and an index recorded as bf16 would hold fp32 vectors (mixed with
-    bf16 ones when resumed eagerly, searched with bf16 queries)."""
-    if bf16 and "BF16" not in capabilities:
+def check_bf16_support(bf16: bool, capabilities: list[str] | None = None) -> None:
+    """Refuse bf16 where the CPU plugin lacks it (``capabilities``: its ``OPTIMIZATION_CAPABILITIES``, asked of it
+    when None): there it takes the bf16 hint silently and runs fp32, and an index recorded as bf16 would hold fp32
+    vectors (mixed with bf16 ones when resumed eagerly, searched with bf16 queries)."""
+    if not bf16:
+        return
+    if capabilities is None:
+        import openvino as ov
+
+        capabilities = list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    if "BF16" not in capabilities:
         raise ValueError(f"--dtype bf16 with --compile openvino needs a CPU that runs bf16 (OpenVINO's CPU plugin "
                          f"offers {', '.join(capabilities)} here, and would run fp32 under a bf16 record); use "
                          f"--dtype fp32 (or auto) with --compile openvino, or bf16 without it")
@@ -32,7 +38,7 @@ def cpu_request(graph, threads: int, bf16: bool = False, properties: dict | None
     other ``properties``."""
     import openvino as ov
 
-    check_precision(bf16, list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")))
+    check_bf16_support(bf16)
     config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32", "INFERENCE_NUM_THREADS": threads,
               "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, **(properties or {})}
     return ov.Core().compile_model(graph, "CPU", config).create_infer_request()
@@ -63,6 +69,7 @@ class OpenVINOBackbone(CompiledBackbone):
             import openvino as ov
         except ImportError as error:
             raise ImportError("--compile openvino needs the openvino package (pip install openvino)") from error
+        check_bf16_support(bf16)  # before the seconds of conversion
         self._config = module.config  # only that: the weights live in the compiled graph, not twice in memory
         example = (torch.ones(2, 8, dtype=torch.long), torch.ones(2, 8, dtype=torch.long))
         shape = ov.PartialShape([-1, -1])

@@ -343,4 +343,5 @@ def results_frame(results: list[ModeResult], card_name: str):
     import pandas as pd
 
     return pd.DataFrame([{"encoder": card_name, "mode": r.mode, "questions": r.questions,
-                          "without hits": r.without_hits, **{f"top-{k}": v for k, v in r.accuracy.items()}} for r in results])
+                          "without hits": r.without_hits, **{f"top-{k}": v for k, v in r.accuracy.items()}}
+                         for r in results])

@@ -42,7 +42,8 @@ def test_sample_depends_on_the_seed_only(folder):
 
 def test_size_above_the_corpus_is_an_error_without_output(folder):
     """It was the whole corpus, titled as a 100-document sub-corpus (exit 0); the corpus's own size is fine."""
-    with pytest.raises(ValueError, match=r"size 100 is above the 20 documents of .*corpus.jsonl: ask for at most 20, or use the whole corpus"):
+    with pytest.raises(ValueError, match=r"size 100 is above the 20 documents of .*corpus.jsonl: ask for at most 20, "
+                                         r"or use the whole corpus"):
         write_judged_subcorpus(folder / "corpus.jsonl", [folder / "train.tsv"], 100, folder / "all.jsonl")
     assert not (folder / "all.jsonl").exists()
     assert write_judged_subcorpus(folder / "corpus.jsonl", [folder / "train.tsv"], 20, folder / "all.jsonl") == 20

@@ -232,12 +232,12 @@ def test_openvino_bf16_is_refused_where_the_cpu_plugin_lacks_it(tiny_card):
     (exit 0). Refused where the plugin lacks BF16, as on AVX2 CPUs; compiled where it has it."""
     import openvino as ov
 
-    from retromae_ir.encode.openvino_backbone import check_precision
+    from retromae_ir.encode.openvino_backbone import check_bf16_support
 
     with pytest.raises(ValueError, match=r"needs a CPU that runs bf16 \(OpenVINO's CPU plugin offers FP32, INT8 here"):
-        check_precision(True, ["FP32", "INT8"])
-    check_precision(True, ["FP32", "BF16"])
-    check_precision(False, ["FP32"])
+        check_bf16_support(True, ["FP32", "INT8"])
+    check_bf16_support(True, ["FP32", "BF16"])
+    check_bf16_support(False, ["FP32"])
     model = EncoderModel.from_card(tiny_card, device="cpu", bf16=True)
     if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
         assert model.compile_backbone("openvino").compiled == "openvino"

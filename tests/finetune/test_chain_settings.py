@@ -133,7 +133,8 @@ def test_a_sub_corpus_above_the_corpus_is_refused_naming_the_setting(tmp_path):
     (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": str(i)}) + "\n" for i in range(6)))
     for split in ("train", "test"):
         (folder / "qrels" / f"{split}.tsv").write_text(f"query-id\tcorpus-id\tscore\n{split}\td0\t1\n")
-    with pytest.raises(ValueError, match=r"corpus_docs=10: sub-corpus size 10 is above the 6 documents .*\(corpus_docs=0\)"):
+    with pytest.raises(ValueError, match=r"corpus_docs=10: sub-corpus size 10 is above the 6 documents "
+                                         r".*\(corpus_docs=0\)"):
         chain_corpus(folder, tmp_path / "out", ChainConfig(corpus_docs=10))
     assert not (tmp_path / "out" / "corpus-10.jsonl").exists()
 
