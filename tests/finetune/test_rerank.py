@@ -136,6 +136,17 @@ def test_a_partial_file_scored_on_another_kind_of_device_is_started_over(cross_e
     assert set(scored) == {"vitamin d", "insulin", "rain"}  # every query again, on this device
 
 
+def train_argv(model, tmp_path) -> list[str]:
+    """`rerank train` of ``model`` on RECORDS over CORPUS (files written under ``tmp_path``), saving every step."""
+    train_file, corpus_file = tmp_path / "train.jsonl", tmp_path / "corpus.jsonl"
+    train_file.write_text("".join(json.dumps(record) + "\n" for record in RECORDS))
+    corpus_file.write_text("".join(json.dumps({"_id": docid, "title": "", "text": text}) + "\n"
+                                   for docid, text in CORPUS.items()))
+    return ["train", "--model", str(model), "--max-length", "32", "--train", str(train_file), "--corpus",
+            str(corpus_file), "--group-size", "2", "--batch-size", "2", "--save-steps", "1", "--device", "cpu",
+            "--output", str(tmp_path / "ce")]
+
+
 def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, tmp_path, capsys):
     """`rerank train --resume` keys the run on the start's weight files, not only on the --model path: a start
     folder trained again in place is another run (it used to resume the old one and exit 0)."""
@@ -144,14 +155,9 @@ def test_resume_from_a_start_trained_again_in_place_is_refused(tiny_bert_dir, tm
     from checkpoints import train_again_in_place
     from retromae_ir.rerank.__main__ import main
 
-    start, train_file, corpus_file = tmp_path / "start", tmp_path / "train.jsonl", tmp_path / "corpus.jsonl"
+    start = tmp_path / "start"
     shutil.copytree(tiny_bert_dir, start)
-    train_file.write_text("".join(json.dumps(record) + "\n" for record in RECORDS))
-    corpus_file.write_text("".join(json.dumps({"_id": docid, "title": "", "text": text}) + "\n"
-                                   for docid, text in CORPUS.items()))
-    argv = ["train", "--model", str(start), "--max-length", "32", "--train", str(train_file), "--corpus",
-            str(corpus_file), "--group-size", "2", "--batch-size", "2", "--save-steps", "1", "--device", "cpu",
-            "--output", str(tmp_path / "ce")]
+    argv = train_argv(start, tmp_path)
     main([*argv, "--max-steps", "2"])
     train_again_in_place(start)
     with pytest.raises(SystemExit) as refused:
@@ -165,13 +171,7 @@ def test_resume_under_another_twin_rule_is_refused(tiny_bert_dir, tmp_path, caps
     import retromae_ir.finetune.data as data
     from retromae_ir.rerank.__main__ import main
 
-    train_file, corpus_file = tmp_path / "train.jsonl", tmp_path / "corpus.jsonl"
-    train_file.write_text("".join(json.dumps(record) + "\n" for record in RECORDS))
-    corpus_file.write_text("".join(json.dumps({"_id": docid, "title": "", "text": text}) + "\n"
-                                   for docid, text in CORPUS.items()))
-    argv = ["train", "--model", str(tiny_bert_dir), "--max-length", "32", "--train", str(train_file), "--corpus",
-            str(corpus_file), "--group-size", "2", "--batch-size", "2", "--save-steps", "1", "--device", "cpu",
-            "--output", str(tmp_path / "ce")]
+    argv = train_argv(tiny_bert_dir, tmp_path)
     main([*argv, "--max-steps", "1"])
     monkeypatch.setattr(data, "MASKING_VERSION", data.MASKING_VERSION + 1)
     with pytest.raises(SystemExit) as refused:
