@@ -54,9 +54,13 @@ def sparse_dicts(model, matrix) -> list[dict[str, int]]:
     return impact_dicts(matrix, model.vocab, model.card.scale)
 
 
-def refuse_unapplied(prefix=None, fp16=False, tokenizer_name=None, **_) -> None:
+def refuse_unapplied(prefix=None, fp16=False, tokenizer_name=None, add_sep=False, **_) -> None:
     """Pyserini's options our encoders would not apply: refused rather than swallowed (the card decides the
-    encoding; a run made without the asked-for prefix, precision or tokenizer looked as if it had them)."""
+    encoding; a run made without the asked-for prefix, precision, tokenizer or title separator looked as if it had
+    them)."""
+    if add_sep:
+        raise ValueError("retromae_ir encoders join a title and its text as `encode corpus` does: pyserini.encode's "
+                         "--add-sep (a [SEP] between them) would not be applied; leave it out")
     if tokenizer_name:
         raise ValueError(f"retromae_ir encoders tokenize with their card's checkpoint: Pyserini's --tokenizer "
                          f"{tokenizer_name!r} would not be applied; leave it out")

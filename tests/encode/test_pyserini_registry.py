@@ -115,3 +115,5 @@ def test_pyserini_options_our_encoders_would_not_apply_are_refused(monkeypatch):
     assert documents.encode(texts=["a", "b"], fp16=False, max_length=512, add_sep=False) == 2
     with pytest.raises(ValueError, match="--fp16 would not be applied"):
         documents.encode(texts=["a"], fp16=True, max_length=512, add_sep=False)
+    with pytest.raises(ValueError, match="--add-sep .* would not be applied"):  # joined with a space, exit 0
+        documents.encode(texts=["a"], titles=["t"], fp16=False, max_length=512, add_sep=True)
