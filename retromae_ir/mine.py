@@ -20,7 +20,7 @@ from pathlib import Path
 from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.data.readers import check_min_relevance, load_qrels, load_topics
 from retromae_ir.runs import ranked
-from retromae_ir.io import atomic_write, claim_output, file_digest
+from retromae_ir.io import atomic_write, claim_output, file_digest, key_path
 from retromae_ir.logs import setup_logging
 
 logger = logging.getLogger(__name__)
@@ -151,6 +151,7 @@ def run(args: MiningArguments) -> Path:
 def _mine_into(args: MiningArguments) -> Path:
     topics = load_topics(args.queries)
     qrels_digest = file_digest(args.qrels)  # of the judgements read here, whatever happens to the file meanwhile
+    corpus_digest = file_digest(args.corpus)  # of the passages the negatives' ids name, checked again at the end
     qrels = load_qrels(args.qrels)
     positives = judged_positives(qrels, args.min_relevance)
     missing = sorted(set(positives) - set(topics))
@@ -162,7 +163,11 @@ def _mine_into(args: MiningArguments) -> Path:
     records = mine(retrieve(args, queries), queries, positives, args, relevant)
     if not records:
         raise ValueError("no query kept a negative: widen --min-rank/--max-rank")
-    Path(f"{args.output}.args.json").unlink(missing_ok=True)  # never an earlier run's arguments beside new negatives
+    if file_digest(args.corpus) != corpus_digest:  # the ids would be recorded against passages not searched
+        raise ValueError(f"{args.corpus} changed while mining: run again on a corpus no one is writing")
+    # never an earlier run's record (its arguments, or a `rerank score` key) beside new negatives
+    Path(f"{args.output}.args.json").unlink(missing_ok=True)
+    key_path(args.output).unlink(missing_ok=True)
     with atomic_write(args.output) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -170,7 +175,7 @@ def _mine_into(args: MiningArguments) -> Path:
     # file (a dev split carved again since may hold some of these queries: finetune.data.check_made_from)
     here = os.path.relpath(Path(args.qrels).resolve(), Path(args.output).resolve().parent)
     with atomic_write(f"{args.output}.args.json") as handle:
-        json.dump({**asdict(args), "corpus_sha256": file_digest(args.corpus), "qrels_sha256": qrels_digest,
+        json.dump({**asdict(args), "corpus_sha256": corpus_digest, "qrels_sha256": qrels_digest,
                    "qrels_here": here}, handle, indent=2)
     logger.info("%s: %d queries, %.1f negatives each (ranks %d-%d, %s)", args.output, len(records),
                 sum(len(r["negatives"]) for r in records) / len(records), args.min_rank, args.max_rank, args.retriever)

@@ -97,7 +97,8 @@ def score_file(model, args: ScoreArguments) -> Path:
     source = {"qrels_sha256": qrels_digest,
               "qrels_here": os.path.relpath(qrels, output.resolve().parent) if qrels is not None else None}
     write_key(partial, {**read_key(partial), "corpus": args.corpus, **source})  # what check_made_from reads
-    key_path(output).unlink(missing_ok=True)  # between the renames OUTPUT has no key: never an earlier one's
+    key_path(output).unlink(missing_ok=True)  # between the renames OUTPUT has no key: never an earlier one's,
+    Path(f"{output}.args.json").unlink(missing_ok=True)  # nor a mined file's record, which made_from reads first
     os.replace(partial, output)
     os.replace(key_path(partial), key_path(output))
     logger.info("%s: %d queries scored", output, len(examples))

@@ -97,3 +97,31 @@ def test_documents_judged_relevant_below_min_relevance_are_no_negatives(tmp_path
     # q1: d2 (its own label 1) and d3 (its twin q2's label 1) left out; q3: d4, judged 0, is a fair negative
     assert {q: (r["positives"], r["negatives"]) for q, r in records.items()} == {
         "q1": (["d1"], ["d4", "d5"]), "q3": (["d1"], ["d2", "d3", "d4", "d5"])}
+
+
+def test_no_earlier_record_is_left_beside_new_negatives_and_the_corpus_may_not_change_meanwhile(tmp_path, monkeypatch):
+    """A `rerank score` key left beside the output (the file it scored replaced by mining) was read as the new file's
+    record whenever mining died before its own; and a corpus replaced during a long mining run had its new bytes
+    recorded for negatives found in the old one (exit 0)."""
+    from retromae_ir import mine as mining
+    from retromae_ir.finetune.data import made_from
+    from retromae_ir.io import file_digest, key_path
+
+    topics, qrels, corpus = tmp_path / "queries.tsv", tmp_path / "qrels.txt", tmp_path / "corpus.jsonl"
+    topics.write_text("q1\tstem cells\n")
+    qrels.write_text("q1 0 d1 1\n")
+    corpus.write_text('{"_id": "d1", "text": "a"}\n')
+    output = tmp_path / "neg.jsonl"
+    key_path(output).write_text(json.dumps({"corpus_sha256": "another corpus's"}))
+    monkeypatch.setattr(mining, "retrieve", lambda args, queries: {"q1": {d: 100.0 - i for i, d in enumerate(RANKING)}})
+    args = MiningArguments("bm25", str(corpus), str(topics), str(qrels), str(output), min_rank=1, max_rank=5)
+    mining._mine_into(args)
+    assert not key_path(output).exists() and made_from(output)["corpus_sha256"] == file_digest(corpus)
+
+    def replacing_the_corpus(args, queries):
+        corpus.write_text('{"_id": "d1", "text": "b"}\n')
+        return {"q1": {d: 100.0 - i for i, d in enumerate(RANKING)}}
+
+    monkeypatch.setattr(mining, "retrieve", replacing_the_corpus)
+    with pytest.raises(ValueError, match="corpus.jsonl changed while mining"):
+        mining._mine_into(args)

@@ -114,6 +114,22 @@ def test_a_partial_file_of_other_inputs_is_started_over(cross_encoder, tmp_path)
     assert all(len(r["negative_scores"]) == 1 for r in records)
 
 
+def test_a_mined_record_left_beside_the_scored_output_is_removed(cross_encoder, tmp_path):
+    """OUTPUT.args.json (mine's record of another corpus) stayed beside the scored file, and made_from reads it
+    before OUTPUT.key.json: the other corpus's digest was checked, and its ids resolved to wrong passages (exit 0)."""
+    from retromae_ir.finetune.data import made_from
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
+    source = tmp_path / "neg.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    output = tmp_path / "scored.jsonl"
+    (tmp_path / "scored.jsonl.args.json").write_text(json.dumps({"corpus_sha256": "another corpus's"}))
+    score_file(cross_encoder, ScoreArguments(str(source), str(output), str(corpus)))
+    assert not (tmp_path / "scored.jsonl.args.json").exists()
+    assert made_from(output)["corpus_sha256"] == file_digest(corpus)
+
+
 def test_a_partial_file_scored_on_another_kind_of_device_is_started_over(cross_encoder, tmp_path):
     """A GPU rounds otherwise than a CPU: a partial file begun on one is not continued on the other (it was, and the
     output held scores of two roundings)."""
