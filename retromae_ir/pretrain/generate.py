@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, command
-from retromae_ir.io import as_stored, atomic_write, checkpoint_key, key_path, read_key, write_key
+from retromae_ir.io import as_stored, atomic_write, checkpoint_key, claim_output, key_path, read_key, write_key
 from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.data import iter_documents, segment_texts
 from retromae_ir.pretrain.side_texts import is_segment
@@ -291,7 +291,13 @@ def generate_side_texts(docs: Iterable[tuple[str, str]], output: str | os.PathLi
     a record is made for each segment of a document (``"segment": i``) from that segment's text."""
     if not generators:
         raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
-    output = Path(output)
+    with claim_output(output):  # one writer: a second one appended the same records, then into the published file
+        return _generate(docs, Path(output), generators, batch_size, seed, total, segmenter)
+
+
+def _generate(docs: Iterable[tuple[str, str]], output: Path, generators: Sequence[SideTextGenerator],
+              batch_size: int, seed: int, total: int | None, segmenter: Segmenter | None) -> int:
+    """:func:`generate_side_texts` with ``output``'s lock held."""
     partial = partial_path(output)
     key = as_stored({"seed": seed, "generators": [generator_settings(g) for g in generators],
                      **({"segments": segmenter.settings()} if segmenter is not None else {})})

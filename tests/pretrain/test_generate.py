@@ -64,6 +64,22 @@ def test_records_hold_queries_and_continuation(tmp_path, query_generator, contin
     assert not gen.partial_path(out).exists()
 
 
+def test_a_second_writer_of_the_same_output_is_refused(tmp_path, continuation_generator):
+    """Two runs on one output (a job requeued while the first still ran) appended the same records, the second
+    then into the published file, and deleted its key (exit 0 for the first)."""
+    from lock_holder import held_lock
+
+    from retromae_ir.io import OutputLockedError
+
+    out = tmp_path / "side.jsonl"
+    with held_lock(out) as pid:
+        with pytest.raises(OutputLockedError, match=f"PID {pid}"):
+            gen.generate_side_texts(DOCS[:2], out, [continuation_generator], batch_size=2)
+    assert not out.exists() and not gen.partial_path(out).exists()
+    gen.generate_side_texts(DOCS[:2], out, [continuation_generator], batch_size=2)  # the holder gone: written
+    assert len(read_jsonl(out)) == 2
+
+
 def test_switched_off_generator_leaves_its_key_out(tmp_path, continuation_generator):
     out = tmp_path / "side.jsonl"
     gen.generate_side_texts(DOCS[:2], out, [continuation_generator], batch_size=2)
