@@ -299,6 +299,9 @@ def _generate(docs: Iterable[tuple[str, str]], output: Path, generators: Sequenc
               batch_size: int, seed: int, total: int | None, segmenter: Segmenter | None) -> int:
     """:func:`generate_side_texts` with ``output``'s lock held."""
     partial = partial_path(output)
+    if not partial.exists() and output.exists() and not key_path(output).exists() and key_path(partial).exists():
+        # killed between publishing's two renames: OUTPUT is the finished file and its key is the partial's
+        os.replace(key_path(partial), key_path(output))
     key = as_stored({"seed": seed, "generators": [generator_settings(g) for g in generators],
                      **({"segments": segmenter.settings()} if segmenter is not None else {})})
     continued = partial if partial.exists() else output if output.exists() else None
