@@ -297,8 +297,9 @@ def hook_path() -> Path:
 
 def write_startup_hook() -> Path:
     """Write the .pth file that installs the hook in every interpreter of this environment."""
+    from retromae_ir.io import atomic_write  # a temporary of its own: two writers never rename each other's half
+
     target = hook_path()
-    tmp = target.with_suffix(".pth.tmp")
-    tmp.write_text(HOOK_LINE)
-    os.replace(tmp, target)
+    with atomic_write(target) as handle:
+        handle.write(HOOK_LINE)
     return target

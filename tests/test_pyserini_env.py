@@ -162,3 +162,14 @@ def test_our_registry_imported_before_pyserini_still_registers_our_encoders():
     assert done.returncode == 0, done.stderr
     ours_first = "['retromae_ir-sparse:', 'retromae_ir:']"
     assert done.stdout.splitlines() == [f"{ours_first} {ours_first}", "True"]
+
+
+def test_the_startup_hook_is_written_whole_through_a_temporary_of_its_own(tmp_path, monkeypatch):
+    """One fixed temporary name (`.pth.tmp`) let two `hook` commands rename each other's half-written file into
+    place; atomic_write gives each writer its own and leaves none behind."""
+    from retromae_ir import pyserini_env
+
+    target = tmp_path / pyserini_env.HOOK_FILE
+    monkeypatch.setattr(pyserini_env, "hook_path", lambda: target)
+    assert pyserini_env.write_startup_hook() == target
+    assert target.read_text() == pyserini_env.HOOK_LINE and [p.name for p in tmp_path.iterdir()] == [target.name]
