@@ -534,7 +534,7 @@ def chain_corpus(folder: Path, output: Path, config: ChainConfig) -> Path:
     corpus = folder / "corpus.jsonl"
     if not config.corpus_docs:
         return corpus
-    from retromae_ir.data.subcorpus import write_judged_subcorpus
+    from retromae_ir.data.subcorpus import SubCorpusSizeError, write_judged_subcorpus
 
     sub = output / f"corpus-{config.corpus_docs}.jsonl"
     qrels = [folder / "qrels" / "train.tsv", folder / "qrels" / "test.tsv"]
@@ -544,7 +544,7 @@ def chain_corpus(folder: Path, output: Path, config: ChainConfig) -> Path:
         recorded.unlink(missing_ok=True)  # a sub-corpus of other data (a folder of the same name) is made again
         try:
             log.info("%s: %d documents", sub, write_judged_subcorpus(corpus, qrels, config.corpus_docs, sub))
-        except ValueError as error:  # named as the chain's user sets it
+        except SubCorpusSizeError as error:  # named as the chain's user sets it (other errors name their file)
             raise ValueError(f"corpus_docs={config.corpus_docs}: {error} (corpus_docs=0)") from None
         with atomic_write(recorded) as out:
             json.dump(source, out)

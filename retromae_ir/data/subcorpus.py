@@ -20,6 +20,10 @@ def judged_ids(qrels_files: list[PathLike]) -> set[str]:
     return {docid for path in qrels_files for labels in load_qrels(path).values() for docid in labels}
 
 
+class SubCorpusSizeError(ValueError):
+    """The size asked for is below the judged documents or above the corpus."""
+
+
 def write_judged_subcorpus(corpus: PathLike, qrels_files: list[PathLike], size: int, output: PathLike,
                            seed: int = 0) -> int:
     """Write ``size`` documents of ``corpus`` to ``output`` (BEIR JSONL, corpus order): the judged ones and a
@@ -33,10 +37,10 @@ def write_judged_subcorpus(corpus: PathLike, qrels_files: list[PathLike], size: 
         raise ValueError(f"{corpus}: {len(missing)} judged document ids are not in the corpus, e.g. "
                          f"{sorted(missing)[:3]}")
     if size < len(judged):
-        raise ValueError(f"sub-corpus size {size} is below the {len(judged)} judged documents of "
+        raise SubCorpusSizeError(f"sub-corpus size {size} is below the {len(judged)} judged documents of "
                          f"{', '.join(map(str, qrels_files))}")
     if size > len(documents):
-        raise ValueError(f"sub-corpus size {size} is above the {len(documents)} documents of {corpus}: ask for at "
+        raise SubCorpusSizeError(f"sub-corpus size {size} is above the {len(documents)} documents of {corpus}: ask for at "
                          f"most {len(documents)}, or use the whole corpus")
     others = [doc.docid for doc in documents if doc.docid not in judged]
     keep = judged | set(random.Random(seed).sample(others, size - len(judged)))

@@ -127,6 +127,7 @@ def test_a_sub_corpus_above_the_corpus_is_refused_naming_the_setting(tmp_path):
     import json
 
     from retromae_ir.chain.stages import chain_corpus
+    from retromae_ir.data.readers import DataFormatError
 
     folder = tmp_path / "scifact"
     (folder / "qrels").mkdir(parents=True)
@@ -137,6 +138,10 @@ def test_a_sub_corpus_above_the_corpus_is_refused_naming_the_setting(tmp_path):
                                          r".*\(corpus_docs=0\)"):
         chain_corpus(folder, tmp_path / "out", ChainConfig(corpus_docs=10))
     assert not (tmp_path / "out" / "corpus-10.jsonl").exists()
+    (folder / "corpus.jsonl").write_text("not json\n")  # another error keeps its own words and type
+    with pytest.raises(DataFormatError, match=r"^\S*corpus.jsonl:1: malformed JSON") as refused:
+        chain_corpus(folder, tmp_path / "out", ChainConfig(corpus_docs=3))
+    assert "corpus_docs" not in str(refused.value)
 
 
 @pytest.mark.parametrize("ratio", [1.0, -0.1])
