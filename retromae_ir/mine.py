@@ -10,6 +10,7 @@ in ranking order, negatives first-ranked first.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -166,17 +167,19 @@ def _mine_into(args: MiningArguments) -> Path:
     if file_digest(args.corpus) != corpus_digest:  # the ids would be recorded against passages not searched
         raise ValueError(f"{args.corpus} changed while mining: run again on a corpus no one is writing")
     # never an earlier run's record (its arguments, or a `rerank score` key) beside new negatives
-    Path(f"{args.output}.args.json").unlink(missing_ok=True)
     key_path(args.output).unlink(missing_ok=True)
-    with atomic_write(args.output) as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     # the corpus's digest (its ids name its passages) and the training qrels', with their place relative to this
-    # file (a dev split carved again since may hold some of these queries: finetune.data.check_made_from)
+    # file (a dev split carved again since may hold some of these queries: finetune.data.check_made_from), and the
+    # file's own digest: the record is written first, so a kill before the file is published leaves an earlier one
+    # beside a record that is not its own (refused), never new negatives without a record
     here = os.path.relpath(Path(args.qrels).resolve(), Path(args.output).resolve().parent)
     with atomic_write(f"{args.output}.args.json") as handle:
         json.dump({**asdict(args), "corpus_sha256": corpus_digest, "qrels_sha256": qrels_digest,
-                   "qrels_here": here}, handle, indent=2)
+                   "qrels_here": here, "output_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()},
+                  handle, indent=2)
+    with atomic_write(args.output) as handle:
+        handle.write(text)
     logger.info("%s: %d queries, %.1f negatives each (ranks %d-%d, %s)", args.output, len(records),
                 sum(len(r["negatives"]) for r in records) / len(records), args.min_rank, args.max_rank, args.retriever)
     return Path(args.output)

@@ -60,8 +60,9 @@ def load_passages(path: str | Path) -> dict[str, str]:
 
 def made_from(path: str | Path) -> dict:
     """What a training file was made from, as its maker recorded it (``mine``'s ``PATH.args.json``, ``rerank
-    score``'s ``PATH.key.json``); {} for a file made by hand."""
-    from retromae_ir.io import key_path
+    score``'s ``PATH.key.json``); {} for a file made by hand. A record of another file than ``path`` (its
+    ``output_sha256``) is refused."""
+    from retromae_ir.io import file_digest, key_path
 
     sidecar = Path(f"{path}.args.json")
     if not sidecar.is_file():
@@ -70,7 +71,14 @@ def made_from(path: str | Path) -> dict:
         record = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
     except ValueError as error:
         raise DataFormatError(f"{sidecar}: not the JSON record of what {path} was made from ({error})") from None
-    return record if isinstance(record, dict) else {}
+    if not isinstance(record, dict):
+        return {}
+    recorded = record.get("output_sha256")  # absent from records written before 2026-11-27
+    if recorded is not None and recorded != file_digest(path):
+        raise DataFormatError(f"{path} is not the file {sidecar.name} records (replaced since, or its maker was killed "
+                              f"between writing the two): make it again, or remove {sidecar.name} to train on it "
+                              f"as a file made by hand")
+    return record
 
 
 def recorded_qrels(path: str | Path, record: dict) -> tuple[Path | None, str | None]:

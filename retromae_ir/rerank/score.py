@@ -96,10 +96,11 @@ def score_file(model, args: ScoreArguments) -> Path:
             out.flush()
     source = {"qrels_sha256": qrels_digest,
               "qrels_here": os.path.relpath(qrels, output.resolve().parent) if qrels is not None else None}
-    write_key(partial, {**read_key(partial), "corpus": args.corpus, **source})  # what check_made_from reads
-    key_path(output).unlink(missing_ok=True)  # between the renames OUTPUT has no key: never an earlier one's,
+    # what check_made_from reads, with the scored file's own digest: written before the file is published, so a
+    # kill in between leaves an earlier OUTPUT beside a key that is not its own (refused), never without a key
     Path(f"{output}.args.json").unlink(missing_ok=True)  # nor a mined file's record, which made_from reads first
+    write_key(output, {**read_key(partial), "corpus": args.corpus, **source, "output_sha256": file_digest(partial)})
     os.replace(partial, output)
-    os.replace(key_path(partial), key_path(output))
+    key_path(partial).unlink()
     logger.info("%s: %d queries scored", output, len(examples))
     return output

@@ -15,7 +15,7 @@ from retromae_ir.chain.__main__ import main as chain_main
 from retromae_ir.data.readers import iter_beir_corpus, load_beir_queries, load_qrels
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
-from retromae_ir.io import file_digest, read_key
+from retromae_ir.io import file_digest, read_key, write_key
 from retromae_ir.mine import MINING_VERSION
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
@@ -173,6 +173,8 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     # an input made again with other contents: every stage that reads it is made again, from scratch
     rows = (output / "5-soft-labels.jsonl").read_text().splitlines()
     (output / "5-soft-labels.jsonl").write_text("\n".join(rows[:-1]) + "\n")
+    scored = read_key(output / "5-soft-labels.jsonl")  # as a scoring run that made this file would have keyed it
+    write_key(output / "5-soft-labels.jsonl", {**scored, "output_sha256": file_digest(output / "5-soft-labels.jsonl")})
     results = json.loads((output / "results.json").read_text())
     results["5-soft-labels"]["output"] = chain.artifact_digest(output / "5-soft-labels.jsonl")
     results["3-distill"]["hybrid"]["ndcg@10"] = -1.0

@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from retromae_ir.data.readers import DataFormatError
 from retromae_ir.finetune.data import read_jsonl_examples
 from retromae_ir.mine import MiningArguments, mine, sample_negatives
 
@@ -117,6 +118,12 @@ def test_no_earlier_record_is_left_beside_new_negatives_and_the_corpus_may_not_c
     args = MiningArguments("bm25", str(corpus), str(topics), str(qrels), str(output), min_rank=1, max_rank=5)
     mining._mine_into(args)
     assert not key_path(output).exists() and made_from(output)["corpus_sha256"] == file_digest(corpus)
+    # the record names its file: one that is not the file beside it (replaced, or mining killed between writing
+    # the record and publishing the negatives, the record being written first) is refused, not trusted
+    assert made_from(output)["output_sha256"] == file_digest(output)
+    output.write_text(output.read_text() + output.read_text())
+    with pytest.raises(DataFormatError, match=r"neg.jsonl is not the file neg.jsonl.args.json records"):
+        made_from(output)
 
     def replacing_the_corpus(args, queries):
         corpus.write_text('{"_id": "d1", "text": "b"}\n')

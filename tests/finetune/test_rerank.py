@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 
+from retromae_ir.data.readers import DataFormatError
 from retromae_ir.finetune.data import TrainExample, read_jsonl_examples
 from retromae_ir.finetune.losses import listwise_loss
 from retromae_ir.io import file_digest
@@ -128,6 +129,11 @@ def test_a_mined_record_left_beside_the_scored_output_is_removed(cross_encoder, 
     score_file(cross_encoder, ScoreArguments(str(source), str(output), str(corpus)))
     assert not (tmp_path / "scored.jsonl.args.json").exists()
     assert made_from(output)["corpus_sha256"] == file_digest(corpus)
+    # the key, written before the scored file is published, names it: a file that is not its own is refused
+    assert made_from(output)["output_sha256"] == file_digest(output)
+    output.write_text(output.read_text().splitlines()[0] + "\n")
+    with pytest.raises(DataFormatError, match=r"scored.jsonl is not the file scored.jsonl.key.json records"):
+        made_from(output)
 
 
 def test_a_partial_file_scored_on_another_kind_of_device_is_started_over(cross_encoder, tmp_path):
@@ -254,7 +260,6 @@ def test_ids_taken_from_another_corpus_are_refused_down_the_chain(cross_encoder,
     """Mined negatives name passages by id: scored or trained on with another --corpus, the ids resolved to
     unrelated passages wherever that corpus had them (exit 0). mine and rerank score record the corpus's digest;
     scoring and training check it, and the scored file passes the record on."""
-    from retromae_ir.data.readers import DataFormatError
     from retromae_ir.finetune.arguments import DataArguments
     from retromae_ir.finetune.data import load_examples
 
