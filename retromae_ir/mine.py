@@ -152,7 +152,6 @@ def run(args: MiningArguments) -> Path:
 def _mine_into(args: MiningArguments) -> Path:
     topics = load_topics(args.queries)
     qrels_digest = file_digest(args.qrels)  # of the judgements read here, whatever happens to the file meanwhile
-    corpus_digest = file_digest(args.corpus)  # of the passages the negatives' ids name, checked again at the end
     qrels = load_qrels(args.qrels)
     positives = judged_positives(qrels, args.min_relevance)
     missing = sorted(set(positives) - set(topics))
@@ -161,6 +160,7 @@ def _mine_into(args: MiningArguments) -> Path:
     queries = {qid: topics[qid] for qid in sorted(positives)}
     # a document judged relevant below --min-relevance is no positive, and no negative either
     relevant = relevant_by_text(topics, judged_positives(qrels, 1))
+    corpus_digest = file_digest(args.corpus)  # of the passages the negatives' ids name, checked again at the end
     records = mine(retrieve(args, queries), queries, positives, args, relevant)
     if not records:
         raise ValueError("no query kept a negative: widen --min-rank/--max-rank")

@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from retromae_ir.data.readers import DataFormatError
+from retromae_ir.data.readers import DataFormatError, without_byte_order_mark
 from retromae_ir.io import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -133,7 +133,8 @@ def _text_lines(path: Path) -> list[str]:
     lines = _decode(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    return [without_byte_order_mark(path, number, line) for number, line in enumerate(lines, start=1)]
 
 
 def _score(path: Path, line: int, value: str, what: str = "gold score") -> float:

@@ -108,6 +108,14 @@ def test_non_utf8_bytes_name_the_line(tmp_path):
         read_senteval_subset(tmp_path, "x")
 
 
+def test_a_byte_order_mark_inside_a_file_names_the_line(tmp_path):
+    """Files joined with cat: the second file's mark stayed in a sentence (exit 0), as the other readers refuse."""
+    (tmp_path / "STS.input.x.txt").write_text("\ufeffa\tb\n\ufeffc\td\n", encoding="utf-8")
+    (tmp_path / "STS.gs.x.txt").write_text("1\n2\n")
+    with pytest.raises(DataFormatError, match=r"STS\.input\.x\.txt:2: a byte-order mark starts this line"):
+        read_senteval_subset(tmp_path, "x")
+
+
 def test_stsb_reader_quoting_header_and_errors(tmp_path):
     path = tmp_path / "stsb.csv"
     write_stsb(path, [("A girl, smiling.", "A girl smiles.", "4.5"), ("x", "y", "0.0")], header=True)
