@@ -400,8 +400,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError("--segment-tokenizer cuts segments at --segment-max-length: give both, or neither for a "
                          "record per document")
     segmenter = load_segmenter(args.segment_tokenizer, args.segment_max_length)
-    setup_logging(args.log_file or args.output.with_name(args.output.name + ".log"))
-    LOG.info("arguments: %s", vars(args))
+    with claim_output(args.output):  # before the models load and the log opens: a second writer stops at once
+        setup_logging(args.log_file or args.output.with_name(args.output.name + ".log"))
+        LOG.info("arguments: %s", vars(args))
+        generators = load_generators(args)
+        _generate(iter_documents(args.corpus), args.output, generators, args.batch_size, args.seed,
+                  count_lines(args.corpus), segmenter)
+    return 0
+
+
+def load_generators(args: argparse.Namespace) -> list[SideTextGenerator]:
+    """The generators ``args`` select (doc2query, GPT-2 or both)."""
     generators: list[SideTextGenerator] = []
     if args.doc2query_model.lower() != "none":
         generators.append(load_query_generator(
@@ -411,9 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         generators.append(load_continuation_generator(
             args.gpt2_model, args.device, top_k=args.gpt2_top_k, max_prompt_length=args.max_prompt_length,
             max_new_tokens=args.max_new_tokens))
-    generate_side_texts(iter_documents(args.corpus), args.output, generators, args.batch_size, args.seed,
-                        total=count_lines(args.corpus), segmenter=segmenter)
-    return 0
+    return generators
 
 
 if __name__ == "__main__":

@@ -149,6 +149,15 @@ def test_cli_loads_models_by_path(tmp_path, query_generator, continuation_genera
     with pytest.raises(SystemExit) as exit_:
         gen.main(argv[:4] + ["--gpt2-model", "none", "--doc2query-model", "none"])
     assert exit_.value.code == 2 and "error: no generator selected" in capsys.readouterr().err
+    # a second writer of another output stops before loading a model or writing into the holder's log
+    from lock_holder import held_lock
+
+    other = tmp_path / "other.jsonl"
+    with held_lock(other) as pid:
+        with pytest.raises(SystemExit) as exit_:
+            gen.main([*argv[:2], "--output", str(other), *argv[4:]])
+    assert exit_.value.code == 2 and f"PID {pid}" in capsys.readouterr().err
+    assert not (tmp_path / "other.jsonl.log").exists()
     # the doc2query folder trained again in place: same path, other weights, so the file is not continued
     from transformers import T5ForConditionalGeneration
 
