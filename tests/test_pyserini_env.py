@@ -171,5 +171,9 @@ def test_the_startup_hook_is_written_whole_through_a_temporary_of_its_own(tmp_pa
 
     target = tmp_path / pyserini_env.HOOK_FILE
     monkeypatch.setattr(pyserini_env, "hook_path", lambda: target)
+    other = target.with_suffix(".pth.tmp")  # the fixed name: another writer's half-written file
+    other.write_text("import retromae")
     assert pyserini_env.write_startup_hook() == target
-    assert target.read_text() == pyserini_env.HOOK_LINE and [p.name for p in tmp_path.iterdir()] == [target.name]
+    assert target.read_text() == pyserini_env.HOOK_LINE
+    assert other.read_text() == "import retromae"  # neither overwritten nor renamed into place
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, other.name])
