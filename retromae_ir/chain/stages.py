@@ -25,7 +25,7 @@ from retromae_ir.bm25 import index_code
 from retromae_ir.data.beir import dataset_digest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
-from retromae_ir.finetune.data import MASKING_VERSION
+from retromae_ir.finetune.data import MASKING_VERSION, twin_rule_acts
 from retromae_ir.io import as_stored, atomic_write, cached_checkpoint_key, checkpoint_key, file_digest
 from retromae_ir.mine import MINING_VERSION
 from retromae_ir.packaged import default_model
@@ -351,8 +351,9 @@ class Chain:
             *grad_cache_flags(c, group),
             *self.flags(out, c.steps, c.stage_epochs(stage)),
             log_file=self.log_file), inputs=(card, self.corpus, *files),
-            code={**TRAINING_CODE, **({"masking": MASKING_VERSION} if "--mask-false-negatives" in dropout
-                                      or "--train" in data else {})})  # the twin rule, where it acts
+            code={**TRAINING_CODE, **({"masking": MASKING_VERSION}
+                                      if twin_rule_acts("--mask-false-negatives" in dropout, "--train" in data)
+                                      else {})})
         return out / "card.yaml"
 
     def cross_encoder(self, negatives: Path) -> Path:

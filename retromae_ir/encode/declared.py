@@ -58,9 +58,9 @@ def _declared(checkpoint: str) -> Declared:
     if modules_file is None:
         return Declared()
     modules = json.loads(Path(modules_file).read_text())
-    classes = {str(module.get("type")).rsplit(".", 1)[-1]: module.get("path", "") for module in modules}
+    classes = {_class_name(module): module.get("path", "") for module in modules}
     for module in modules:  # a Dense projection (LaBSE, distiluse) would otherwise be dropped without a word
-        if str(module.get("type")).rsplit(".", 1)[-1] not in (TRANSFORMER, POOLING, NORMALIZE):
+        if _class_name(module) not in (TRANSFORMER, POOLING, NORMALIZE):
             raise DeclarationError(f"{modules_file}: module {module.get('path') or module.get('name')!r} "
                                    f"({module.get('type')}) has no equivalent here, which encodes with the "
                                    "transformer, its pooling and normalisation only; set 'pooling:' and "
@@ -73,6 +73,11 @@ def _declared(checkpoint: str) -> Declared:
     if config_file is None:
         return Declared(normalize=normalize)
     return Declared(_pooling(json.loads(Path(config_file).read_text()), config_file), normalize)
+
+
+def _class_name(module: dict) -> str:
+    """The class a modules.json entry names, without its import path (which moved between versions)."""
+    return str(module.get("type")).rsplit(".", 1)[-1]
 
 
 def _pooling(config: dict, where: str | os.PathLike) -> str:

@@ -15,7 +15,7 @@ from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.encode.cards import load_card
 from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments, LossArguments, ModelArguments
 from retromae_ir.finetune.calibration import calibrated_teacher_temperature
-from retromae_ir.finetune.data import MASKING_VERSION, load_examples
+from retromae_ir.finetune.data import MASKING_VERSION, load_examples, twin_rule_acts
 from retromae_ir.finetune.model import BiEncoder, load_encoder
 from retromae_ir.finetune.trainer import FinetuneTrainer
 from retromae_ir.io import checkpoint_key
@@ -40,7 +40,7 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
     card = load_card(model_args.encoder, **overrides)
     # the start's weight and tokenizer files too: a stage trained again in place keeps its card but is another start;
     # the twin rule wherever it acts (masking, or a --train file's listed negatives that are a twin's positive)
-    twins = loss.mask_false_negatives or data.train is not None
+    twins = twin_rule_acts(loss.mask_false_negatives, data.train is not None)
     identity = run_identity(model_args, data, loss, training,
                             {"card": card.fingerprint(), "start_weights": checkpoint_key(card.checkpoint_path()),
                              **({"masking": MASKING_VERSION} if twins else {})})

@@ -34,6 +34,12 @@ logger = logging.getLogger(__name__)
 MASKING_VERSION = 3
 
 
+def twin_rule_acts(mask_false_negatives: bool, train_file: bool) -> bool:
+    """Whether the twin-query rule decides anything in a run (so keys it): it sets what masking leaves out, and
+    drops a training file's listed negatives that are a twin's positive; from qrels without masking, nothing."""
+    return mask_false_negatives or train_file
+
+
 @dataclass
 class TrainExample:
     """One query with passage texts; scores (teacher) align with positives / negatives when given."""
