@@ -98,7 +98,7 @@ def score_file(model, args: ScoreArguments) -> Path:
               "qrels_here": os.path.relpath(qrels, output.resolve().parent) if qrels is not None else None}
     # what check_made_from reads, with the scored file's own digest: written before the file is published, so a
     # kill in between leaves an earlier OUTPUT beside a key that is not its own (refused), never without a key
-    Path(f"{output}.args.json").unlink(missing_ok=True)  # nor a mined file's record, which made_from reads first
+    Path(f"{output}.args.json").unlink(missing_ok=True)  # a mined file's record, which made_from reads before it
     write_key(output, {**read_key(partial), "corpus": args.corpus, **source, "output_sha256": file_digest(partial)})
     os.replace(partial, output)
     key_path(partial).unlink()
