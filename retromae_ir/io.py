@@ -184,10 +184,8 @@ def checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
 def cached_checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
     """:func:`checkpoint_key`, with a hub name keyed by the files of its cached snapshot where that holds weights
     (the revision a load finds, or has just fetched: another revision is another key); by its name otherwise."""
-    if Path(checkpoint).is_dir():
-        return checkpoint_file_digests(checkpoint)
-    snapshot = cached_snapshot(str(checkpoint))
-    return (snapshot_digests(snapshot) if snapshot is not None else {}) or str(checkpoint)
+    snapshot = None if Path(checkpoint).is_dir() else cached_snapshot(str(checkpoint))
+    return checkpoint_key(checkpoint) if snapshot is None else snapshot_digests(snapshot) or str(checkpoint)
 
 
 def cached_snapshot(name: str) -> Path | None:

@@ -38,10 +38,10 @@ def write_judged_subcorpus(corpus: PathLike, qrels_files: list[PathLike], size: 
                          f"{sorted(missing)[:3]}")
     if size < len(judged):
         raise SubCorpusSizeError(f"sub-corpus size {size} is below the {len(judged)} judged documents of "
-                         f"{', '.join(map(str, qrels_files))}")
+                                 f"{', '.join(map(str, qrels_files))}")
     if size > len(documents):
-        raise SubCorpusSizeError(f"sub-corpus size {size} is above the {len(documents)} documents of {corpus}: ask for at "
-                         f"most {len(documents)}, or use the whole corpus")
+        raise SubCorpusSizeError(f"sub-corpus size {size} is above the {len(documents)} documents of {corpus}: "
+                                 f"ask for at most {len(documents)}, or use the whole corpus")
     others = [doc.docid for doc in documents if doc.docid not in judged]
     keep = judged | set(random.Random(seed).sample(others, size - len(judged)))
     with atomic_write(output) as handle:

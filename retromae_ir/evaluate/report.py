@@ -23,11 +23,13 @@ def format_markdown(frame: pd.DataFrame, digits: int = 4) -> str:
     return "\n".join([header, rule, *rows]) + "\n"
 
 
-def write_table(frame: pd.DataFrame, stem: Path, title: str = "", notes: list[str] | None = None) -> tuple[Path, Path]:
-    """Write ``stem``.md (rounded for reading) and ``stem``.csv (at full precision: a check against a tolerance
-    reads it, and a 4-decimal value could pass a gap up to 0.00005 past it); returns both paths."""
+def write_table(frame: pd.DataFrame, stem: Path, title: str = "", notes: list[str] | None = None,
+                digits: int = 4) -> tuple[Path, Path]:
+    """Write ``stem``.md (rounded to ``digits`` decimals for reading) and ``stem``.csv (at full precision: a check
+    against a tolerance reads it, and a 4-decimal value could pass a gap up to 0.00005 past it); returns both
+    paths."""
     stem = Path(stem)
-    markdown = (f"# {title}\n\n" if title else "") + format_markdown(frame)
+    markdown = (f"# {title}\n\n" if title else "") + format_markdown(frame, digits)
     if notes:
         markdown += "\n" + "\n".join(f"- {note}" for note in notes) + "\n"
     md_path, csv_path = stem.with_suffix(".md"), stem.with_suffix(".csv")

@@ -501,22 +501,16 @@ def subsets_frame(scores: list[SetScore]):
 def write_sts_results(scores: list[SetScore], encoder: str, out_dir: str | os.PathLike,
                       notes: list[str] = ()) -> dict[str, Path]:
     """``sts-results.{md,csv,png}`` and ``sts-subsets.{md,csv}`` in ``out_dir``, each written atomically;
-    Spearman x 100 with two decimals in the markdown tables, four in the CSV files."""
-    from retromae_ir.evaluate.report import format_markdown, write_bar_chart
+    Spearman x 100 with two decimals in the markdown tables, at full precision in the CSV files."""
+    from retromae_ir.evaluate.report import write_bar_chart, write_table
 
     out_dir = Path(out_dir)
     table, subsets = results_frame(scores, encoder), subsets_frame(scores)
     written = {}
     for stem, frame, title in (("sts-results", table, f"STS: {encoder} (Spearman x 100 of cosine similarities)"),
                                ("sts-subsets", subsets, f"STS subsets: {encoder} (Spearman x 100)")):
-        markdown = f"# {title}\n\n" + format_markdown(frame, digits=2)
-        if notes and stem == "sts-results":
-            markdown += "\n" + "\n".join(f"- {note}" for note in notes) + "\n"
-        with atomic_write(out_dir / f"{stem}.md") as handle:
-            handle.write(markdown)
-        with atomic_write(out_dir / f"{stem}.csv") as handle:
-            frame.to_csv(handle, index=False)  # full precision, as write_table's
-        written[f"{stem}.md"], written[f"{stem}.csv"] = out_dir / f"{stem}.md", out_dir / f"{stem}.csv"
+        paths = write_table(frame, out_dir / stem, title, list(notes) if stem == "sts-results" else None, digits=2)
+        written[f"{stem}.md"], written[f"{stem}.csv"] = paths
     chart = table.drop(columns=["encoder"]).set_index("STS12-16 as").T.reset_index(names="set")
     written["sts-results.png"] = write_bar_chart(chart, "set", [c for c in chart.columns if c != "set"],
                                                  out_dir / "sts-results.png", "Spearman x 100",
