@@ -165,7 +165,7 @@ def test_a_hub_checkpoint_is_keyed_by_its_cached_revision(tmp_path, monkeypatch)
     scored = tmp_path / "mined.jsonl"
     scored.write_text("")
     model = SimpleNamespace(args=SimpleNamespace(model="someone/reranker", max_length=256), device="cpu")
-    assert score_key(model, SimpleNamespace(input=str(scored), corpus=None))["model_weights"] == new
+    assert score_key(model, SimpleNamespace(input=str(scored), corpus=None, batch_size=64, chunk_queries=64))["model_weights"] == new
     local = tmp_path / "local"
     local.mkdir()
     (local / "config.json").write_text("{}")

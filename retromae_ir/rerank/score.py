@@ -4,8 +4,9 @@ The output is the input with ``positive_scores`` / ``negative_scores`` added (wh
 Records are appended to ``OUTPUT.partial`` a chunk of queries at a time; a rerun continues after the last
 complete record, and the file is renamed to OUTPUT when every query is scored. A rerun continues only a partial file
 of the same inputs (``OUTPUT.partial.key.json``: the cross-encoder's weight and tokenizer files and max length, the
-kind of device, the input and corpus bytes); any other partial file is started over, so an output never mixes two
-models', inputs' or devices' scores.
+kind of device, the batching, the input and corpus bytes); any other partial file is started over, so an output never
+mixes two models', inputs', devices' or batchings' scores. A rerun continues after the last whole chunk, so every
+pair is scored in the batch a run without the interruption would have put it in.
 """
 from __future__ import annotations
 
@@ -35,37 +36,41 @@ class ScoreArguments:
     device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
 
 
-def _completed(partial: Path) -> int:
-    """Complete records already in ``partial``; a torn last line (interrupted write) is cut off."""
+def _completed(partial: Path, chunk_queries: int) -> int:
+    """Records already in ``partial`` that whole chunks wrote; the rest (a chunk cut short by an interruption, a torn
+    last line) is cut off, to be scored again in the batches it had."""
     if not partial.is_file():
         return 0
     text = partial.read_text(encoding="utf-8")
-    complete = text[:text.rfind("\n") + 1]
+    lines = text.split("\n")[:-1]  # what follows the last newline: nothing, or a torn line
+    kept = lines[:len(lines) - len(lines) % chunk_queries]
+    complete = "".join(line + "\n" for line in kept)
     if complete != text:
         partial.write_text(complete, encoding="utf-8")
-    return complete.count("\n")
+    return len(kept)
 
 
 def score_key(model, args: ScoreArguments) -> dict:
     """What the scores depend on: the cross-encoder's weight and tokenizer files (a hub name's cached revision) and
     max length, the kind of device (a GPU's kernels round otherwise than a CPU's: a file resumed on the other would
-    hold scores of two roundings), the input and corpus bytes, and the format (2: every listed negative scored; a
+    hold scores of two roundings), the batching (a pair padded to another length rounds otherwise too), the input and corpus bytes, and the format (2: every listed negative scored; a
     partial file of format 1 skipped a negative repeating a positive, and its scores would be misaligned with the
     record)."""
     return {"format": 2, "model_weights": cached_checkpoint_key(model.args.model),
             "max_length": model.args.max_length, "device": torch.device(model.device).type,
+            "batching": {"batch_size": args.batch_size, "chunk_queries": args.chunk_queries},
             "input_sha256": file_digest(args.input),
             "corpus_sha256": file_digest(args.corpus) if args.corpus else None}
 
 
-def _resume(partial: Path, key: dict) -> int:
+def _resume(partial: Path, key: dict, chunk_queries: int) -> int:
     """Records of ``partial`` to keep: its complete ones when it was written under ``key``, else none (a partial
     file of other inputs is deleted); the key of the file to be written is in place before it returns."""
     if partial.is_file() and read_key(partial) != key:
         logger.warning("%s was written with another model or input: scoring from the start", partial)
         partial.unlink()
     write_key(partial, key)
-    return _completed(partial)
+    return _completed(partial, chunk_queries)
 
 
 def score_file(model, args: ScoreArguments) -> Path:
@@ -75,7 +80,7 @@ def score_file(model, args: ScoreArguments) -> Path:
     records = [json.loads(line) for _, line in iter_lines(args.input)]
     output = Path(args.output)
     partial = output.with_name(output.name + ".partial")
-    done = _resume(partial, as_stored(score_key(model, args)))
+    done = _resume(partial, as_stored(score_key(model, args)), args.chunk_queries)
     if done:
         logger.info("%s: continuing after %d scored queries", partial, done)
     model.eval()

@@ -319,3 +319,37 @@ def test_a_file_mined_from_qrels_that_changed_since_is_refused(cross_encoder, tm
     assert load_examples(DataArguments(train=str(copy / "scored.jsonl"), corpus=str(corpus)), need_scores=True)
     qrels.unlink()  # no longer where it was recorded: nothing to check against
     assert load_examples(DataArguments(train=str(mined), corpus=str(corpus)))
+
+
+def test_a_rerun_scores_each_pair_in_the_batch_a_whole_run_would(cross_encoder, tmp_path):
+    """A partial file of another batching is started over, and a chunk cut short is scored again whole: padding to
+    another length rounds otherwise, and a resumed file held scores of two batchings (exit 0)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
+    source = tmp_path / "neg.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    args = ScoreArguments(str(source), str(tmp_path / "scored.jsonl"), str(corpus), batch_size=3, chunk_queries=2)
+    fresh = score_file(cross_encoder, args).read_text().splitlines()
+    (tmp_path / "scored.jsonl").unlink()
+    partial = tmp_path / "scored.jsonl.partial"
+
+    def rerun(arguments):
+        scored, original = [], cross_encoder.score
+        cross_encoder.score = lambda queries, passages: scored.extend(queries) or original(queries, passages)
+        try:
+            return score_file(cross_encoder, arguments).read_text().splitlines(), scored
+        finally:
+            del cross_encoder.score
+
+    interrupted(cross_encoder, ScoreArguments(**{**vars(args), "batch_size": 64, "chunk_queries": 1}))  # another batching
+    assert partial.read_text().count("\n") == 1
+    assert json.loads(partial.with_name(partial.name + ".key.json").read_text())["batching"] == {
+        "batch_size": 64, "chunk_queries": 1}
+    lines, scored = rerun(args)
+    assert lines == fresh and set(scored) == {"vitamin d", "insulin", "rain"}  # started over
+
+    (tmp_path / "scored.jsonl").unlink()
+    interrupted(cross_encoder, args)
+    partial.write_text(fresh[0] + "\n")  # the first chunk (two queries) cut short after one record
+    lines, scored = rerun(args)
+    assert lines == fresh and set(scored) == {"vitamin d", "insulin", "rain"}  # the cut chunk scored whole again
