@@ -22,7 +22,7 @@ from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.data.readers import check_min_relevance, load_qrels, load_topics
 from retromae_ir.runs import ranked
 from retromae_ir.io import atomic_write, claim_output, file_digest, key_path
-from retromae_ir.logs import setup_logging
+from retromae_ir.logs import log_beside, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +160,12 @@ def _mine_into(args: MiningArguments) -> Path:
     queries = {qid: topics[qid] for qid in sorted(positives)}
     # a document judged relevant below --min-relevance is no positive, and no negative either
     relevant = relevant_by_text(topics, judged_positives(qrels, 1))
+    with log_beside(args.output):
+        return _write_negatives(args, queries, positives, relevant, qrels_digest)
+
+
+def _write_negatives(args: MiningArguments, queries: dict[str, str], positives: dict[str, set[str]],
+                     relevant: dict[str, set[str]], qrels_digest: str) -> Path:
     corpus_digest = file_digest(args.corpus)  # of the passages the negatives' ids name, checked again at the end
     records = mine(retrieve(args, queries), queries, positives, args, relevant)
     if not records:

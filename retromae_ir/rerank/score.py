@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_lines
 from retromae_ir.finetune.data import check_made_from, load_passages, read_jsonl_examples
+from retromae_ir.logs import log_beside
 from retromae_ir.io import as_stored, cached_checkpoint_key, file_digest, key_path, read_key, write_key
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,12 @@ def score_file(model, args: ScoreArguments) -> Path:
     corpus = load_passages(args.corpus) if args.corpus else None
     examples = read_jsonl_examples(args.input, corpus, drop_positive_negatives=False)  # scores align with the file
     records = [json.loads(line) for _, line in iter_lines(args.input)]
+    with log_beside(args.output):
+        return _score_into(model, args, examples, records, qrels, qrels_digest)
+
+
+def _score_into(model, args: ScoreArguments, examples: list, records: list[dict], qrels: Path | None,
+                qrels_digest: str | None) -> Path:
     output = Path(args.output)
     partial = output.with_name(output.name + ".partial")
     done = _resume(partial, as_stored(score_key(model, args)), args.chunk_queries)

@@ -1,5 +1,6 @@
 """Mining drops the positives, samples only from the rank window, is seeded, and writes the training JSONL."""
 import json
+import logging
 import random
 
 import pytest
@@ -132,3 +133,27 @@ def test_no_earlier_record_is_left_beside_new_negatives_and_the_corpus_may_not_c
     monkeypatch.setattr(mining, "retrieve", replacing_the_corpus)
     with pytest.raises(ValueError, match="corpus.jsonl changed while mining"):
         mining._mine_into(args)
+
+
+def test_mining_logs_beside_its_output_and_a_refused_run_leaves_no_log(tmp_path, monkeypatch, caplog):
+    """A long job logs to a file (OUTPUT.log, appended by a rerun); one that is refused leaves no log behind."""
+    from retromae_ir import mine as mining
+    caplog.set_level(logging.INFO)  # the level a command sets up
+    topics, qrels, corpus = tmp_path / "queries.tsv", tmp_path / "qrels.txt", tmp_path / "corpus.jsonl"
+    topics.write_text("q1\tstem cells\n")
+    qrels.write_text("q1 0 d1 1\n")
+    corpus.write_text('{"_id": "d1", "text": "a"}\n')
+    monkeypatch.setattr(mining, "retrieve", lambda args, queries: {"q1": {d: 100.0 - i for i, d in enumerate(RANKING)}})
+    output = tmp_path / "neg.jsonl"
+    refused = MiningArguments("bm25", str(corpus), str(topics), str(qrels), str(output), min_rank=30, max_rank=40)
+    with pytest.raises(ValueError, match="no query kept a negative"):
+        mining._mine_into(refused)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "qrels.txt", "queries.tsv"]
+    args = MiningArguments("bm25", str(corpus), str(topics), str(qrels), str(output), min_rank=1, max_rank=5)
+    mining._mine_into(args)
+    mining._mine_into(args)
+    log = (tmp_path / "neg.jsonl.log").read_text()
+    assert log.count("neg.jsonl: 1 queries, 4.0 negatives each (ranks 1-5, bm25)") == 2
+    with pytest.raises(ValueError, match="no query kept a negative"):  # a log of earlier runs is kept, and told
+        mining._mine_into(refused)
+    assert (tmp_path / "neg.jsonl.log").read_text().startswith(log)

@@ -1,5 +1,6 @@
 """Cross-encoder: group-wise loss, soft labels aligned with the candidates, resumable scoring, distillation input."""
 import json
+import logging
 
 import pytest
 import torch
@@ -321,9 +322,10 @@ def test_a_file_mined_from_qrels_that_changed_since_is_refused(cross_encoder, tm
     assert load_examples(DataArguments(train=str(mined), corpus=str(corpus)))
 
 
-def test_a_rerun_scores_each_pair_in_the_batch_a_whole_run_would(cross_encoder, tmp_path):
+def test_a_rerun_scores_each_pair_in_the_batch_a_whole_run_would(cross_encoder, tmp_path, caplog):
     """A partial file of another batching is started over, and a chunk cut short is scored again whole: padding to
     another length rounds otherwise, and a resumed file held scores of two batchings (exit 0)."""
+    caplog.set_level(logging.INFO)  # the level a command sets up
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
     source = tmp_path / "neg.jsonl"
@@ -353,3 +355,5 @@ def test_a_rerun_scores_each_pair_in_the_batch_a_whole_run_would(cross_encoder, 
     partial.write_text(fresh[0] + "\n")  # the first chunk (two queries) cut short after one record
     lines, scored = rerun(args)
     assert lines == fresh and set(scored) == {"vitamin d", "insulin", "rain"}  # the cut chunk scored whole again
+    log = (tmp_path / "scored.jsonl.log").read_text()  # every run's, the interrupted ones' too
+    assert log.count("3 queries scored") == 3 and log.count("continuing after") == 0
