@@ -29,6 +29,7 @@ from retromae_ir.finetune.data import MASKING_VERSION, twin_rule_acts
 from retromae_ir.io import as_stored, atomic_write, cached_checkpoint_key, checkpoint_key, file_digest
 from retromae_ir.mine import MINING_VERSION
 from retromae_ir.packaged import default_model
+from retromae_ir.pretrain import get_method
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
 log = logging.getLogger("retromae_ir.chain")
@@ -259,7 +260,8 @@ class Chain:
         self.timed("0-pretrain", out / "config.json", lambda: command(
             "retromae_ir.pretrain", "--method", "dupmae", *model, "--corpus", str(self.corpus),
             "--max-length", str(c.pretrain_length), "--batch-size", str(c.pretrain_batch), "--lr", "1e-4",
-            *self.flags(out, c.pretrain_steps), log_file=self.log_file), inputs=(self.corpus,))
+            *self.flags(out, c.pretrain_steps), log_file=self.log_file), inputs=(self.corpus,),
+            code=get_method("dupmae").code_identity(None))
         return self.start_card("0-pretrain", out.resolve())
 
     def start_checkpoint(self) -> str:

@@ -14,8 +14,10 @@ A method is a ``PretrainModel`` subclass in its own module, registered in ``retr
 * ``prepare_arguments(method_args, corpus, model_name, max_length)``: called by the command before the model is
   built, to fill in or check what the method derives from the corpus (MASTER: its corpus statistics, its side
   texts); default: nothing.
-* ``code_identity(method_args)``: versions of the method's own code that decide what it trains (MASTER: its
-  keyword masking), added to the run identity so a run never resumes under other code; default: None.
+* ``objective_version``: bumped in the commit that changes what the same options train (its losses, decoding,
+  masking, or the shared code they run through); ``code_identity(method_args)`` adds it, and the versions of
+  the method's own rules (MASTER: its keyword masking), to the run identity and the chain's record, so neither a
+  run nor a chain's finished pre-training is resumed or reused under another objective.
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ class PretrainModel(nn.Module, ABC):
 
     name: ClassVar[str]
     Arguments: ClassVar[type] = NoArguments
+    objective_version: ClassVar[int] = 1
 
     def __init__(self, backbone: Backbone, masking: MaskingArguments, method_args: Any = None):
         super().__init__()
@@ -82,9 +85,9 @@ class PretrainModel(nn.Module, ABC):
         return method_args
 
     @classmethod
-    def code_identity(cls, method_args: Any) -> dict | None:
-        """Versions of this method's code that change what the same options train (None: nothing to add)."""
-        return None
+    def code_identity(cls, method_args: Any) -> dict:
+        """Versions of this method's code that change what the same options train."""
+        return {"objective": cls.objective_version}
 
     def encode(self, batch: dict) -> EncoderOutput:
         """Masked encoder pass with MLM loss (batch keys from ``EncoderMLMCollator``)."""

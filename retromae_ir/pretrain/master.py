@@ -255,10 +255,11 @@ class MASTER(PretrainModel):
         return replace(args, master_corpus_stats=str(ensure_corpus_stats(corpus, tokenizer, model_name)))
 
     @classmethod
-    def code_identity(cls, method_args: MasterArguments | None) -> dict | None:
-        """The keyword-masking rule's version when MKP or NPR trains (runs of the other tasks resume as before)."""
+    def code_identity(cls, method_args: MasterArguments | None) -> dict:
+        """With the objective's version, the keyword-masking rule's when MKP or NPR trains."""
         tasks = parse_tasks((method_args or cls.Arguments()).master_tasks)
-        return {"keyword_masking": KEYWORD_MASKING_VERSION} if {"mkp", "npr"} & set(tasks) else None
+        keywords = {"keyword_masking": KEYWORD_MASKING_VERSION} if {"mkp", "npr"} & set(tasks) else {}
+        return {**super().code_identity(method_args), **keywords}
 
     def _side_texts(self, args: MasterArguments) -> SideTexts:
         if args.master_side_texts is None:

@@ -17,6 +17,7 @@ from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
 from retromae_ir.io import file_digest, read_key, write_key
 from retromae_ir.mine import MINING_VERSION
+from retromae_ir.pretrain import get_method
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
 TINY = ["pretrain_steps=2", "pretrain_batch=2", "pretrain_length=32", "query_length=16", "passage_length=32",
@@ -84,6 +85,8 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
     assert not {line.split()[0] for line in dev} & {line.split()[0] for line in train}
     # the ablation starts from the tiny model itself and reuses the main chain's teacher
     assert "0-pretrain" in main and "0-pretrain" not in ablation
+    # the pre-training objective's version keys the finished pre-training (reused otherwise after a change to it)
+    assert main["0-pretrain"]["inputs"]["objective"] == get_method("dupmae").objective_version
     assert not (output / chain.ABLATION / "1-bm25-negatives.jsonl").exists()
     assert not (output / chain.ABLATION / "4-cross-encoder").exists()
     soft = [json.loads(line) for line in (output / chain.ABLATION / "5-soft-labels.jsonl").read_text().splitlines()]

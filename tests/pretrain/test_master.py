@@ -218,7 +218,7 @@ def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file, monke
     # the keyword-masking rule keys the run: one started under another rule is not resumed under this one
     run = json.loads((out / "trainer_state" / "run.json").read_text())["identity"]
     assert run["keyword_masking"] == KEYWORD_MASKING_VERSION
-    assert MASTER.code_identity(MasterArguments(master_tasks="cmp,dor")) is None
+    assert MASTER.code_identity(MasterArguments(master_tasks="cmp,dor")) == {"objective": MASTER.objective_version}
     monkeypatch.setattr("retromae_ir.pretrain.master.KEYWORD_MASKING_VERSION", KEYWORD_MASKING_VERSION + 1)
     with pytest.raises(SystemExit) as refused:
         main(["--method", "master", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(out),
