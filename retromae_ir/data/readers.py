@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import unicodedata
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,10 +135,14 @@ def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> l
 
 
 def _check_token(path: Path, number: int, docid: str) -> None:
-    """An id is one token: a docid file holds one a line, a TREC run one a column."""
+    """An id is one token: a docid file holds one a line, a TREC run one a column. Nor may it hold a control
+    character: NumPy's string arrays (the encoding chunks' docids) drop a trailing NUL, so "d1\\x00" came back as
+    "d1", a second document of that id in the merged index."""
     if len(docid.split()) != 1 or docid != docid.strip():
         raise DataFormatError(f"{path}:{number}: id {docid!r} holds whitespace (ids are single tokens in docid files "
                               "and TREC runs)")
+    if any(unicodedata.category(char) == "Cc" for char in docid):
+        raise DataFormatError(f"{path}:{number}: id {docid!r} holds a control character")
 
 
 _HEADER_IDS = {"id", "_id", "qid", "query_id", "query-id", "pid", "docid", "doc_id", "corpus-id"}

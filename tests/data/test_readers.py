@@ -46,6 +46,7 @@ def test_beir_corpus_reads_fields_and_int_ids(tmp_path):
     ('["a", "x"]\n', 1, "expected a JSON object, got list"),
     ('{"_id": "a", "text": "x"}\n{"_id": "b\\rc", "text": "x"}\n', 2, "id 'b\\rc' holds whitespace"),
     ('{"_id": "a b", "text": "x"}\n', 1, "id 'a b' holds whitespace"),
+    ('{"_id": "d1\\u0000", "text": "x"}\n', 1, "id 'd1\\x00' holds a control character"),  # came back as "d1"
     ('{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n{"_id": "a", "text": "z"}\n', 3, "duplicate id 'a'"),
 ])
 def test_beir_corpus_bad_lines_name_file_and_line(tmp_path, content, line, message):
@@ -134,6 +135,7 @@ def test_msmarco_collection_and_queries(tmp_path):
     ("pid\tpassage\n0\tok\n", 1, "'pid' in the id column is a header line"),
     ("\n  \npid\tpassage\n0\tok\n", 3, "'pid' in the id column is a header line"),  # after blank lines too
     ("0\tok\n7\r8\tx\n", 2, "id '7\\r8' holds whitespace"),
+    ("0\tok\n7\x008\tx\n", 2, "id '7\\x008' holds a control character"),
     ("0\tok\n7 \tx\n", 2, "pid '7 ' has spaces around it"),
 ])
 def test_msmarco_collection_bad_lines(tmp_path, content, line, message):
