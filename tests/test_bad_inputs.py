@@ -159,10 +159,10 @@ def search(world, f, card, out, index=None):
                          "--output", str(out), "--mode", "dense", "--hits", "3", "--device", "cpu"]
 
 
-def finetune(world, f, card, out):
+def finetune(world, f, card, out, extra=()):
     return finetune_main, ["--stage", "2", "--encoder", str(card), "--train", str(f["train"]), "--corpus",
                            str(f["corpus"]), "--output", str(out), "--group-size", "2", "--batch-size", "2",
-                           "--max-steps", "1", "--device", "cpu"]
+                           "--max-steps", "1", "--device", "cpu", *extra]
 
 
 def pretrain(world, f, card, out, extra=()):
@@ -177,10 +177,10 @@ def mine_(world, f, card, out):
                        "--mode", "dense", "--min-rank", "1", "--max-rank", "5", "--threads", "1"]
 
 
-def rerank_train(world, f, card, out, group="1"):
+def rerank_train(world, f, card, out, group="1", extra=()):
     return rerank_main, ["train", "--model", str(world.model), "--train", str(f["train"]), "--corpus",
                          str(f["corpus"]), "--output", str(out), "--group-size", group, "--batch-size", "2",
-                         "--max-steps", "1", "--max-length", "32", "--device", "cpu"]
+                         "--max-steps", "1", "--max-length", "32", "--device", "cpu", *extra]
 
 
 def distill(world, f, card, out):
@@ -189,9 +189,9 @@ def distill(world, f, card, out):
                            "--max-steps", "1", "--device", "cpu"]
 
 
-def rerank_score(world, f, card, out):
+def rerank_score(world, f, card, out, extra=()):
     return rerank_main, ["score", "--model", str(world.cross_encoder), "--input", str(f["train"]), "--corpus",
-                         str(f["corpus"]), "--output", str(out), "--device", "cpu", "--max-length", "32"]
+                         str(f["corpus"]), "--output", str(out), "--device", "cpu", "--max-length", "32", *extra]
 
 
 def beir(world, f, card, out):
@@ -337,6 +337,10 @@ CARD_CASES = {  # card fields (None: the file is absent) -> message
     "missing checkpoint": ({"checkpoint": "/nonexistent/checkpoint"}, r"/nonexistent/checkpoint"),
     "missing card file": (None, r"card file \S*tiny-bad\.yaml does not exist"),
     "not YAML": ("checkpoint: [unclosed\n", r"tiny-bad\.yaml is not valid YAML"),
+    # the tokenizer ignores a limit its special tokens fill: every text was encoded whole (exit 0)
+    # (search refuses the card sooner: its index was encoded at another length)
+    "one-token max length": ({"max_passage_length": 1}, r"card 'tiny-bad': max_passage_length 1 leaves no room for "
+                             r"text: the tokenizer adds 2|max_passage_length: index 16 vs card 1"),
 }
 CARD_READERS = ["encode corpus", "encode queries", "search", "finetune", "mine", "beir_all"]
 
@@ -429,6 +433,26 @@ GROUP_CASES = {  # a group of one passage: a softmax of 1, loss 0, nothing train
 @pytest.mark.parametrize("command", GROUP_CASES)
 def test_a_group_of_one_passage_is_refused_where_only_groups_train(world, tmp_path, capsys, command):
     expect(run_case(world, tmp_path, capsys, command, {}), GROUP_CASES[command])
+
+
+SIZE_CASES = {  # a length the tokenizer ignores, or 0 read as unset (the card's); a step that scores nothing
+    "finetune --max-query-length 0": ("finetune", ["--max-query-length", "0"], r"--max-query-length must be >= 1"),
+    "finetune --max-passage-length 2": ("finetune", ["--max-passage-length", "2"],
+                                        r"--max-passage-length 2 leaves no room for text: the tokenizer adds 2"),
+    "rerank train --max-length 3": ("rerank train", ["--group-size", "2", "--max-length", "3"],
+                                    r"--max-length 3 leaves no room for text: the tokenizer adds 3 special tokens "
+                                    r"to a query-passage pair"),
+    "rerank score --max-length 0": ("rerank score", ["--max-length", "0"], r"--max-length must be >= 1, got 0"),
+    "rerank score --batch-size 0": ("rerank score", ["--batch-size", "0"], r"--batch-size must be >= 1, got 0"),
+    "rerank score --chunk-queries -1": ("rerank score", ["--chunk-queries", "-1"],
+                                        r"--chunk-queries must be >= 1, got -1"),
+}
+
+
+@pytest.mark.parametrize("case", SIZE_CASES)
+def test_sizes_that_would_train_or_score_otherwise_are_refused(world, tmp_path, capsys, case):
+    command, extra, message = SIZE_CASES[case]
+    expect(run_case(world, tmp_path, capsys, command, {}, extra=extra), message)
 
 
 # -- 8. pre-training -----------------------------------------------------------------------------------------------

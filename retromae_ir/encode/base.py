@@ -22,6 +22,7 @@ from retromae_ir.encode.batching import length_batches, token_budget
 from retromae_ir.encode.cards import CardError, EncoderCard, load_card
 from retromae_ir.encode.representation import dense_representation
 from retromae_ir.hardware import bf16_is_fast
+from retromae_ir.truncation import check_max_length
 
 logger = logging.getLogger(__name__)
 PROJECTION_FILE = "projection.safetensors"
@@ -106,6 +107,8 @@ class EncoderModel(torch.nn.Module):
         self.card = card
         tokenizer.padding_side = "right"  # the [CLS] row is read at position 0: a left-padding tokenizer's
         self.tokenizer = tokenizer         # config put a pad there for every shorter text of a batch
+        check_max_length(tokenizer, card.max_query_length, f"card {card.name!r}: max_query_length")
+        check_max_length(tokenizer, card.max_passage_length, f"card {card.name!r}: max_passage_length")
         self.projection = projection
         self.bf16 = False
         self.int8 = False

@@ -60,6 +60,9 @@ class DataArguments:
     def __post_init__(self):
         if self.group_size < 1:
             raise ValueError(f"--group-size must be >= 1, got {self.group_size}")
+        for name in ("max_query_length", "max_passage_length"):  # 0 read as unset: the card's length, silently
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if (self.train is None) == (self.qrels is None and self.queries is None):
             raise ValueError("give either --train FILE or --queries FILE --qrels FILE (with --corpus)")
         if self.train is None and not (self.queries and self.qrels and self.corpus):

@@ -26,6 +26,7 @@ from retromae_ir.finetune.arguments import DataArguments, LossArguments
 from retromae_ir.finetune.data import GroupCollator
 from retromae_ir.finetune.losses import contrastive_loss, default_temperature, distillation_loss, false_negatives
 from retromae_ir.io import atomic_write
+from retromae_ir.truncation import check_max_length
 from retromae_ir.training.distributed import gather_with_grad
 
 METADATA_FILE = "retromae_ir.json"
@@ -111,9 +112,12 @@ class BiEncoder(torch.nn.Module):
         return self.encoder.tokenizer
 
     def make_collator(self) -> GroupCollator:
-        return GroupCollator(self.tokenizer, self.data.group_size,
-                             self.data.max_query_length or self.card.max_query_length,
-                             self.data.max_passage_length or self.card.max_passage_length, self.loss_args.distill,
+        lengths = {name: getattr(self.data, name) or getattr(self.card, name)
+                   for name in ("max_query_length", "max_passage_length")}
+        for name, length in lengths.items():
+            check_max_length(self.tokenizer, length, f"--{name.replace('_', '-')}")
+        return GroupCollator(self.tokenizer, self.data.group_size, lengths["max_query_length"],
+                             lengths["max_passage_length"], self.loss_args.distill,
                              keys=self.loss_args.mask_false_negatives)
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:

@@ -17,6 +17,7 @@ from retromae_ir.finetune.data import TrainExample, sample_group
 from retromae_ir.finetune.losses import listwise_loss
 from retromae_ir.io import atomic_write
 from retromae_ir.packaged import default_model
+from retromae_ir.truncation import check_max_length
 
 METADATA_FILE = "retromae_ir.json"
 
@@ -29,6 +30,10 @@ class CrossEncoderArguments:
     max_length: int | None = field(default=None, metadata={
         "help": "tokens of query + passage (default: the length a trained cross-encoder was trained at, from its "
                 "retromae_ir.json; else 256)"})
+
+    def __post_init__(self):
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"--max-length must be >= 1, got {self.max_length}")
 
 
 DEFAULT_MAX_LENGTH = 256
@@ -71,6 +76,7 @@ class CrossEncoder(torch.nn.Module):
         super().__init__()
         tokenizer.padding_side = "right"  # BERT's classification head reads position 0, never a pad
         self.model, self.tokenizer, self.args, self.group_size = model, tokenizer, args, group_size
+        check_max_length(tokenizer, args.max_length, "--max-length", pair=True)
 
     @classmethod
     def load(cls, args: CrossEncoderArguments, group_size: int = 1, seed: int = 0,

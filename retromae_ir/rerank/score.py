@@ -36,6 +36,11 @@ class ScoreArguments:
     chunk_queries: int = field(default=64, metadata={"help": "queries per resumable chunk"})
     device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
 
+    def __post_init__(self):
+        for name in ("batch_size", "chunk_queries"):  # below 1: nothing scored, an empty output published (exit 0)
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+
 
 def _completed(partial: Path, chunk_queries: int) -> int:
     """Records already in ``partial`` that whole chunks wrote; the rest (a chunk cut short by an interruption, a torn
