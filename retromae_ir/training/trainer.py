@@ -97,6 +97,13 @@ class Schedule:
     def micro_per_epoch(self) -> int:
         return self.examples // (self.batch_size * self.world_size)
 
+    @property
+    def left_out(self) -> int:
+        """Examples each epoch leaves out: only whole global batches train (every rank's batch full, so gathered
+        negatives line up). The order is reshuffled every epoch, so other examples are left out each time; a
+        batch topped up with repeats would put an example beside itself as an in-batch negative."""
+        return self.examples - self.micro_per_epoch * self.batch_size * self.world_size
+
     def indices(self, micro: int, rank: int, seed: int) -> list[int]:
         """This rank's example indices for global micro-batch number ``micro``."""
         epoch, position = divmod(micro, self.micro_per_epoch)
@@ -363,6 +370,10 @@ class Trainer:
         log.info("training %s: %d segments, %d optimizer steps (%.2f epochs), %d process(es), device %s, bf16 %s",
                  self.model.name, self.schedule.examples, self.schedule.max_steps,
                  self.schedule.epoch(self.schedule.max_steps), self.world_size, self.device, self.args.bf16)
+        if self.schedule.left_out:
+            log.info("each epoch trains %d of the %d examples, in whole batches of %d x %d process(es): %d left out, "
+                     "others each epoch", self.schedule.examples - self.schedule.left_out, self.schedule.examples,
+                     self.schedule.batch_size, self.world_size, self.schedule.left_out)
         progress = tqdm(total=self.schedule.max_steps, initial=self.step, disable=not self.is_main, unit="step",
                         desc=f"{self.job} {self.model.name}")
         self.wrapped.train()

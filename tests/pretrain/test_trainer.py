@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -98,11 +99,16 @@ def test_cli_writes_a_loadable_checkpoint_and_curves(tiny_bert_dir, corpus, tmp_
 
     out = tmp_path / "run"
     main(["--method", "retromae", "--model", str(tiny_bert_dir), "--corpus", str(corpus), "--output", str(out),
-          "--max-length", "32", "--batch-size", "4", "--max-steps", "2", "--save-steps", "0", "--device", "cpu"])
+          "--max-length", "32", "--batch-size", "5", "--max-steps", "2", "--save-steps", "0", "--device", "cpu"])
     rows = read_rows(out / "loss.csv")
     assert [int(r["step"]) for r in rows] == [1, 2]
     assert set(rows[0]) == {"step", "epoch", "lr", "max_steps", "loss", "mlm", "dec"}
     assert (out / "loss.png").stat().st_size > 0 and (out / "train.log").stat().st_size > 0
+    # only whole batches train: the log says how many examples each epoch leaves out (it said nothing)
+    segments = int(re.search(r"training retromae: (\d+) segments", (out / "train.log").read_text()).group(1))
+    left = segments % 5
+    assert left > 0 and (f"each epoch trains {segments - left} of the {segments} examples, in whole batches of "
+                         f"5 x 1 process(es): {left} left out" in (out / "train.log").read_text())
     meta = json.loads((out / "retromae_ir.json").read_text())
     assert meta["method"] == "retromae" and meta["step"] == 2
     assert (out / "decoders.safetensors").is_file() and (out / "trainer_state/state.pt").is_file()
@@ -211,3 +217,13 @@ def test_training_runs_deterministic_kernels_unless_asked_not_to(tiny_bert_dir, 
     trainer.train()
     assert seen == [not nondeterministic] and torch.are_deterministic_algorithms_enabled() == before
     assert "nondeterministic" not in trainer.identity  # rounding only: a run may resume with the other setting
+
+
+def test_an_epoch_leaves_out_what_fills_no_whole_global_batch():
+    from retromae_ir.training.trainer import Schedule
+
+    schedule = Schedule(examples=100, batch_size=16, world_size=4, grad_accum=1, max_steps=10)
+    assert (schedule.micro_per_epoch, schedule.left_out) == (1, 36)
+    seen = {i for rank in range(4) for i in schedule.indices(0, rank, seed=3)}
+    assert len(seen) == 64 and seen != {i for rank in range(4) for i in schedule.indices(1, rank, seed=3)}
+    assert Schedule(examples=96, batch_size=16, world_size=1, grad_accum=1, max_steps=1).left_out == 0
