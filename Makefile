@@ -4,7 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
-# CPU wheel by default; on a CUDA host: make setup TORCH_SPEC="torch==2.13.0" EXTRAS=test,anchor,gpu
+# torch 2.13.0 as pip's configured sources offer it: the CPU build on the project's machines (their pip config's
+# find-links), the CUDA build from plain PyPI on Linux. A CPU build from plain PyPI:
+#   make setup TORCH_SPEC="torch==2.13.0+cpu" PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS     ?= test,anchor
 
@@ -31,7 +33,7 @@ $(SPEC): FORCE
 $(STAMP): setup.cfg pyproject.toml Makefile $(SPEC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first and pinned, so nothing pulls the CUDA build from the registry
+	# torch first and pinned, so nothing later pulls another build of it
 	$(PIP) install -q "$(TORCH_SPEC)"
 	# pyserini 2.4.0 declares Python>=3.12; it runs on 3.11 when installed without its deps
 	$(PIP) install -q --no-deps --ignore-requires-python pyserini==2.4.0
