@@ -4,7 +4,7 @@
     .venv/bin/python eval/chain_scifact.py --config short          # the whole corpus, 1.5 + 2 epochs
     .venv/bin/python eval/chain_scifact.py --config short-pretrain # ... after one pass of DupMAE pre-training
     .venv/bin/python eval/chain_scifact.py --config full           # the GPU configuration
-    .venv/bin/python eval/chain_scifact.py --set epochs=2 -- ...   # any other option of retromae_ir.chain
+    .venv/bin/python eval/chain_scifact.py --set epochs=2 --output outputs/x  # any option of retromae_ir.chain
 
 ``--config NAME`` runs the chain ``scifact-NAME`` of retromae_ir/repro/chains.yaml; scifact is read from
 ../shared/data/beir beside the checkout when it is there (an explicit --data-dir or --folder wins).

@@ -11,6 +11,7 @@ chain.log and commands.log. Finished stages are skipped on a rerun.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chain", default="scifact-quick", help="a chain's name (default: %(default)s)")
     parser.add_argument("--chains", type=Path, default=None,
                         help="the YAML file of chains (default: retromae_ir/repro/chains.yaml)")
-    parser.add_argument("--list", action="store_true", help="print the chains and their settings, then exit")
+    parser.add_argument("--list", action="store_true", help="print the chains and the settings each changes from ChainConfig's defaults, then exit")
     parser.add_argument("--folder", type=Path, default=None,
                         help="a BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/train.tsv, qrels/test.tsv) "
                              "instead of the chain's dataset")
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.folder is not None and args.data_dir is not None:
         parser.error("--data-dir and --folder do not combine: --folder replaces the chain's dataset")
-    from retromae_ir.chain.config import CHAINS_FILE, load_chains
+    from retromae_ir.chain.config import CHAINS_FILE, ChainConfig, load_chains
     from retromae_ir.data.beir import DatasetUnavailable
     from retromae_ir.io import command_errors
     from retromae_ir.chain.stages import StageFailed
@@ -63,8 +64,12 @@ def main(argv: list[str] | None = None) -> None:
     with command_errors(ValueError, StageFailed, DatasetUnavailable):
         chains = load_chains(args.chains or CHAINS_FILE)
         if args.list:
+            defaults = ChainConfig()
             for spec in chains.values():
-                print(f"{spec.name} ({spec.dataset}): {spec.description}")
+                changed = {f.name: getattr(spec.config, f.name) for f in dataclasses.fields(ChainConfig)
+                           if getattr(spec.config, f.name) != getattr(defaults, f.name)}
+                print(f"{spec.name} ({spec.dataset}): {spec.description}\n    settings: "
+                      f"{' '.join(f'{k}={v}' for k, v in changed.items()) or 'the defaults'}")
             return
         if args.chain not in chains:
             raise ValueError(f"--chain {args.chain}: not in {args.chains or CHAINS_FILE} "

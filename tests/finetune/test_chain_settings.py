@@ -469,3 +469,15 @@ def test_trained_and_mined_stages_are_keyed_on_the_code_versions_their_outputs_d
                                            "search": SEARCH_VERSION},
                      "1-bm25-negatives": {"mining": MINING_VERSION, **index_code()}}
     assert set(index_code()) == {"pyserini", "collection"}
+
+
+def test_list_prints_each_chain_with_the_settings_it_changes(capsys):
+    from retromae_ir.chain.__main__ import main
+
+    main(["--list"])
+    out = capsys.readouterr().out.splitlines()
+    quick = out.index(next(line for line in out if line.startswith("scifact-quick (scifact): ")))
+    assert out[quick + 1].split() == ["settings:", "passage_length=128", "epochs=1.0", "group=2", "negatives=3",
+                                      "max_rank=100", "corpus_docs=1000"]
+    short = out.index(next(line for line in out if line.startswith("scifact-short (scifact): ")))
+    assert out[short + 1] == "    settings: the defaults"
