@@ -68,6 +68,9 @@ class MasterArguments:
     master_decoder_layers: int = field(default=2, metadata={"help": "BERT layers per decoder"})
     master_decoder_init: str = field(default="random", metadata={
         "help": "random: fresh decoder layers; copy: copies of the encoder's last layers"})
+    master_cmp_mask_ratio: float = field(default=0.5, metadata={
+        "help": "CMP: the share of words its encoder pass masks; its decoder masks the rest. 0.5: the authors' "
+                "code (complementary masks cannot give both the paper's alpha and its beta >= 0.5)"})
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ def check_arguments(args: MasterArguments) -> None:
         raise MasterSetupError(f"--master-npr-pairs must be segments or halves, got {args.master_npr_pairs!r}")
     if args.master_decoder_init not in ("random", "copy"):
         raise MasterSetupError(f"--master-decoder-init must be random or copy, got {args.master_decoder_init!r}")
+    if not 0.0 < args.master_cmp_mask_ratio < 1.0:
+        raise MasterSetupError(f"--master-cmp-mask-ratio must be in (0, 1), got {args.master_cmp_mask_ratio}")
     if args.master_keyword_weighting not in WEIGHTINGS:
         raise MasterSetupError(f"--master-keyword-weighting must be one of {', '.join(WEIGHTINGS)}, got "
                                f"{args.master_keyword_weighting!r}")
@@ -132,12 +137,12 @@ class MasterCollator:
 
     def __init__(self, tokenizer, tasks: Sequence[str], encoder_ratio: float, decoder_ratio: float,
                  keywords: KeywordMasker | None = None, side_texts: SideTexts | None = None,
-                 side_max_length: int = 128, npr_halves: bool = False):
+                 side_max_length: int = 128, npr_halves: bool = False, *, cmp_ratio: float):
         self.tables = TokenTables(tokenizer)
         self.encoder_collator = EncoderMLMCollator(tokenizer, encoder_ratio)
         self.tasks, self.encoder_ratio, self.decoder_ratio = tuple(tasks), encoder_ratio, decoder_ratio
         self.keywords, self.side_texts, self.side_max_length = keywords, side_texts or SideTexts({}), side_max_length
-        self.npr_halves = npr_halves
+        self.npr_halves, self.cmp_ratio = npr_halves, cmp_ratio
 
     @property
     def tokenizer(self):
@@ -158,7 +163,7 @@ class MasterCollator:
         """S = the CMP encoder mask; the decoder masks ordinary tokens outside S (disjoint, together all)."""
         input_ids = batch["input_ids"]
         words = self.tables.words(input_ids)
-        encoder_selected = sample_whole_words(words, self.encoder_ratio, generator)
+        encoder_selected = sample_whole_words(words, self.cmp_ratio, generator)
         corrupted, encoder_labels = mlm_corrupt(input_ids, encoder_selected, self.tokenizer.mask_token_id,
                                                 self.tables.vocab_size, generator)
         inputs, labels = masked_inputs(input_ids, (words >= 0) & ~encoder_selected, self.tokenizer.mask_token_id)
@@ -329,7 +334,8 @@ class MASTER(PretrainModel):
         args = self.method_args
         return MasterCollator(self.tokenizer, self.tasks, self.masking.encoder_mask_ratio,
                               self.masking.decoder_mask_ratio, self.keywords, self.side_texts,
-                              args.master_side_max_length, npr_halves=args.master_npr_pairs == "halves")
+                              args.master_side_max_length, npr_halves=args.master_npr_pairs == "halves",
+                              cmp_ratio=args.master_cmp_mask_ratio)
 
     # ---- model -------------------------------------------------------------------------------------------------
     def decode(self, task: str, cls: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -103,6 +103,20 @@ def test_cmp_masks_are_disjoint_and_cover_the_text(tiny_bert_dir, tokenizer, seg
         assert not torch.equal(batch["cmp_encoder_labels"], batch["encoder_labels"])  # its own mask, not the main one
 
 
+@pytest.mark.parametrize("ratio", [None, 0.2])
+def test_cmp_splits_the_words_at_its_own_ratio(tiny_bert_dir, tokenizer, segments, ratio):
+    """CMP's encoder pass masks --master-cmp-mask-ratio of the words (default 0.5, the authors' code), not the
+    main pass's --encoder-mask-ratio (0.3): its decoder had 70% of the tokens to recover where theirs has half."""
+    model = build(tiny_bert_dir, master_tasks="cmp", **({} if ratio is None else {"master_cmp_mask_ratio": ratio}))
+    masked = ordinary = 0
+    for seed in range(20):
+        batch = collate(model, segments, seed)
+        specials = torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
+        ordinary += int((batch["attention_mask"].bool() & ~specials).sum())
+        masked += int((batch["cmp_encoder_labels"] != IGNORE_INDEX).sum())
+    assert masked / ordinary == pytest.approx(0.5 if ratio is None else ratio, abs=0.05)
+
+
 def test_npr_pairs_neighbouring_segments(tiny_bert_dir, stats_file, segments):
     model = build(tiny_bert_dir, master_tasks="npr", master_corpus_stats=str(stats_file))
     examples = model.make_examples(segments)
@@ -146,6 +160,8 @@ def test_setup_errors(tiny_bert_dir, stats_file):
         build(tiny_bert_dir, master_tasks="cmp,xyz")
     with pytest.raises(MasterSetupError, match="segments or halves"):
         build(tiny_bert_dir, master_tasks="cmp", master_npr_pairs="thirds")
+    with pytest.raises(MasterSetupError, match=r"--master-cmp-mask-ratio must be in \(0, 1\), got 1.0"):
+        build(tiny_bert_dir, master_tasks="cmp", master_cmp_mask_ratio=1.0)
 
 
 @pytest.mark.parametrize("given, tasks, says", [
