@@ -5,7 +5,7 @@ ordinary token of the ORIGINAL input from the encoder's [CLS] vector h:
   H1 = [h + p0, ..., h + pN]   (query stream)
   H2 = [h, e_x1 + p1, ..., e_xN + pN]   (context stream: unmasked token embeddings)
   attention: Q from H1, K/V from H2, row i sees a sampled set of whole words (never itself),
-  plus position 0 for every row but row 0.
+  plus position 0 for every row but row 0, and the text's [SEP] (which the authors' masks never cover).
 Like the authors' code, both streams go through the encoder's embedding layer (positions, LayerNorm,
 dropout), and predictions go through the encoder's tied MLM head. Total loss = L_mlm + L_dec.
 """
@@ -20,16 +20,19 @@ from retromae_ir.pretrain.collate import EncoderMLMCollator, TokenTables
 from retromae_ir.pretrain.masking import IGNORE_INDEX, sample_whole_words
 
 
-def position_specific_mask(words: torch.Tensor, visible_ratio: float,
-                           generator: torch.Generator | None = None) -> torch.Tensor:
+def position_specific_mask(words: torch.Tensor, visible_ratio: float, generator: torch.Generator | None = None,
+                           always_visible: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 7 as a bool [B, L, L] (True = may attend), built once per batch on ``words``' device.
 
     Row i sees an independently sampled ``visible_ratio`` of the ordinary tokens (whole words, never
-    special tokens or padding), never itself, and position 0 ([CLS] slot, i.e. h) when i >= 1.
-    Row 0 ([CLS], not a reconstruction target) falls back to position 0 only when its sample is empty.
+    special tokens or padding), the ``always_visible`` positions ([B, L]: the [SEP], which the authors' code
+    never masks), never itself, and position 0 ([CLS] slot, i.e. h) when i >= 1.
+    Row 0 ([CLS], not a reconstruction target) falls back to position 0 only when it would see nothing.
     """
     batch, length = words.shape
     visible = sample_whole_words(words.unsqueeze(1).expand(batch, length, length), visible_ratio, generator)
+    if always_visible is not None:
+        visible |= always_visible.unsqueeze(1)
     visible &= ~torch.eye(length, dtype=torch.bool, device=words.device)
     visible[:, 1:, 0] = True
     # Row 0 is never a target; if its sample came out empty (very short text), let it see h rather than nothing (NaN).
@@ -76,6 +79,7 @@ class RetroMAE(PretrainModel):
     """Encoder MLM + enhanced decoding of the whole input from the [CLS] vector."""
 
     name = "retromae"
+    objective_version = 2  # 2: the decoder sees the [SEP] (2026-11-27); DupMAE inherits it
 
     def __init__(self, backbone, masking, method_args=None):
         super().__init__(backbone, masking, method_args)
@@ -91,7 +95,8 @@ class RetroMAE(PretrainModel):
         batch, length = input_ids.shape
         h1 = embeddings(inputs_embeds=cls.unsqueeze(1).expand(batch, length, cls.shape[-1]))
         h2 = torch.cat([cls.unsqueeze(1), embeddings(input_ids=input_ids)[:, 1:]], dim=1)
-        visible = position_specific_mask(self.tables.words(input_ids), 1.0 - self.masking.decoder_mask_ratio)
+        visible = position_specific_mask(self.tables.words(input_ids), 1.0 - self.masking.decoder_mask_ratio,
+                                         always_visible=input_ids == self.tokenizer.sep_token_id)
         return self.encoder.cls(self.decoder(h1, h2, visible))
 
     def losses(self, batch: dict, encoded: EncoderOutput) -> dict[str, torch.Tensor]:

@@ -91,6 +91,19 @@ def test_position_specific_mask_properties(tables, batch):
     assert len({tuple(r.tolist()) for r in rows}) > 1  # contexts differ from row to row
 
 
+def test_the_decoder_sees_the_sep_from_every_other_row(tables, batch):
+    """The authors' masks never cover [CLS] or [SEP], so every row but its own sees the [SEP] (its position tells
+    the text's length); it was never visible here. Padding stays invisible."""
+    sep = batch == tables.tokenizer.sep_token_id
+    visible = position_specific_mask(tables.words(batch), 0.5, torch.Generator().manual_seed(0), always_visible=sep)
+    rows, columns = torch.nonzero(sep, as_tuple=True)
+    for row, column in zip(rows.tolist(), columns.tolist()):
+        others = torch.arange(batch.shape[1]) != column
+        assert visible[row, others, column].all() and not visible[row, column, column]
+    assert not position_specific_mask(tables.words(batch), 0.5, torch.Generator().manual_seed(0))[sep.unsqueeze(1)
+                                                                                                 .expand_as(visible)].any()
+
+
 def test_position_specific_mask_follows_the_ratio(tables, batch):
     torch.manual_seed(1)
     ordinary = tables.ordinary(batch)
