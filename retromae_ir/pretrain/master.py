@@ -68,6 +68,9 @@ class MasterArguments:
     master_decoder_layers: int = field(default=2, metadata={"help": "BERT layers per decoder"})
     master_decoder_init: str = field(default="random", metadata={
         "help": "random: fresh decoder layers; copy: copies of the encoder's last layers"})
+    master_decoder_corruption: str = field(default="bert", metadata={
+        "help": "how the decoders' texts hide their masked words. bert: 80% [MASK], 10% a random token, 10% "
+                "unchanged (the authors' code); mask: all [MASK] (the paper's 'masked text')"})
     master_cmp_mask_ratio: float = field(default=0.5, metadata={
         "help": "CMP: the share of words its encoder pass masks; its decoder masks the rest. 0.5: the authors' "
                 "code (complementary masks cannot give both the paper's alpha and its beta >= 0.5)"})
@@ -96,6 +99,9 @@ def check_arguments(args: MasterArguments) -> None:
         raise MasterSetupError(f"--master-npr-pairs must be segments or halves, got {args.master_npr_pairs!r}")
     if args.master_decoder_init not in ("random", "copy"):
         raise MasterSetupError(f"--master-decoder-init must be random or copy, got {args.master_decoder_init!r}")
+    if args.master_decoder_corruption not in ("bert", "mask"):
+        raise MasterSetupError(f"--master-decoder-corruption must be bert or mask, got "
+                               f"{args.master_decoder_corruption!r}")
     if not 0.0 < args.master_cmp_mask_ratio < 1.0:
         raise MasterSetupError(f"--master-cmp-mask-ratio must be in (0, 1), got {args.master_cmp_mask_ratio}")
     if args.master_keyword_weighting not in WEIGHTINGS:
@@ -137,12 +143,12 @@ class MasterCollator:
 
     def __init__(self, tokenizer, tasks: Sequence[str], encoder_ratio: float, decoder_ratio: float,
                  keywords: KeywordMasker | None = None, side_texts: SideTexts | None = None,
-                 side_max_length: int = 128, npr_halves: bool = False, *, cmp_ratio: float):
+                 side_max_length: int = 128, npr_halves: bool = False, *, cmp_ratio: float, corruption: str):
         self.tables = TokenTables(tokenizer)
         self.encoder_collator = EncoderMLMCollator(tokenizer, encoder_ratio)
         self.tasks, self.encoder_ratio, self.decoder_ratio = tuple(tasks), encoder_ratio, decoder_ratio
         self.keywords, self.side_texts, self.side_max_length = keywords, side_texts or SideTexts({}), side_max_length
-        self.npr_halves, self.cmp_ratio = npr_halves, cmp_ratio
+        self.npr_halves, self.cmp_ratio, self.corruption = npr_halves, cmp_ratio, corruption
 
     @property
     def tokenizer(self):
@@ -156,7 +162,7 @@ class MasterCollator:
 
     def mkp(self, examples, batch, generator):
         selected = self.keywords(batch["input_ids"], self.decoder_ratio, generator)
-        inputs, labels = masked_inputs(batch["input_ids"], selected, self.tokenizer.mask_token_id)
+        inputs, labels = self.decoder_input(batch["input_ids"], selected, generator)
         return {"mkp_input_ids": inputs, "mkp_labels": labels}
 
     def cmp(self, examples, batch, generator):
@@ -166,14 +172,14 @@ class MasterCollator:
         encoder_selected = sample_whole_words(words, self.cmp_ratio, generator)
         corrupted, encoder_labels = mlm_corrupt(input_ids, encoder_selected, self.tokenizer.mask_token_id,
                                                 self.tables.vocab_size, generator)
-        inputs, labels = masked_inputs(input_ids, (words >= 0) & ~encoder_selected, self.tokenizer.mask_token_id)
+        inputs, labels = self.decoder_input(input_ids, (words >= 0) & ~encoder_selected, generator)
         return {"cmp_encoder_input_ids": corrupted, "cmp_encoder_labels": encoder_labels,
                 "cmp_input_ids": inputs, "cmp_labels": labels}
 
     def npr(self, examples, batch, generator):
         input_ids, attention_mask = pad_batch([e.npr_target or () for e in examples], self.tokenizer)
         selected = self.keywords(input_ids, self.decoder_ratio, generator)
-        out = self.decoder_text("npr", input_ids, attention_mask, selected)
+        out = self.decoder_text("npr", input_ids, attention_mask, selected, generator)
         if self.npr_halves:  # the first halves get their own encoder pass
             input_ids, attention_mask = pad_batch([e.npr_source or () for e in examples], self.tokenizer)
             selected = sample_whole_words(self.tables.words(input_ids), self.encoder_ratio, generator)
@@ -195,12 +201,19 @@ class MasterCollator:
                              verbose=False)["input_ids"]
         input_ids, attention_mask = pad_batch(ids, self.tokenizer)
         selected = sample_whole_words(self.tables.words(input_ids), self.decoder_ratio, generator)
-        return self.decoder_text(task, input_ids, attention_mask, selected)
+        return self.decoder_text(task, input_ids, attention_mask, selected, generator)
 
-    def decoder_text(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     selected: torch.Tensor) -> dict[str, torch.Tensor]:
-        inputs, labels = masked_inputs(input_ids, selected, self.tokenizer.mask_token_id)
+    def decoder_text(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor, selected: torch.Tensor,
+                     generator: torch.Generator) -> dict[str, torch.Tensor]:
+        inputs, labels = self.decoder_input(input_ids, selected, generator)
         return {f"{task}_input_ids": inputs, f"{task}_attention_mask": attention_mask, f"{task}_labels": labels}
+
+    def decoder_input(self, input_ids: torch.Tensor, selected: torch.Tensor,
+                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decoder's text with its ``selected`` words hidden (``--master-decoder-corruption``), and its labels."""
+        if self.corruption == "mask":
+            return masked_inputs(input_ids, selected, self.tokenizer.mask_token_id)
+        return mlm_corrupt(input_ids, selected, self.tokenizer.mask_token_id, self.tables.vocab_size, generator)
 
 
 class TaskDecoder(nn.Module):
@@ -335,7 +348,7 @@ class MASTER(PretrainModel):
         return MasterCollator(self.tokenizer, self.tasks, self.masking.encoder_mask_ratio,
                               self.masking.decoder_mask_ratio, self.keywords, self.side_texts,
                               args.master_side_max_length, npr_halves=args.master_npr_pairs == "halves",
-                              cmp_ratio=args.master_cmp_mask_ratio)
+                              cmp_ratio=args.master_cmp_mask_ratio, corruption=args.master_decoder_corruption)
 
     # ---- model -------------------------------------------------------------------------------------------------
     def decode(self, task: str, cls: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -87,7 +87,7 @@ def test_side_texts_join_queries_with_sep(side_file):
 
 
 def test_cmp_masks_are_disjoint_and_cover_the_text(tiny_bert_dir, tokenizer, segments):
-    model = build(tiny_bert_dir, master_tasks="cmp")
+    model = build(tiny_bert_dir, master_tasks="cmp", master_decoder_corruption="mask")
     for seed in range(5):
         batch = collate(model, segments, seed)
         specials = torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
@@ -101,6 +101,28 @@ def test_cmp_masks_are_disjoint_and_cover_the_text(tiny_bert_dir, tokenizer, seg
         assert torch.equal(batch["cmp_input_ids"][encoder_masked], batch["input_ids"][encoder_masked])
         assert (batch["cmp_input_ids"][decoder_masked] == tokenizer.mask_token_id).all()
         assert not torch.equal(batch["cmp_encoder_labels"], batch["encoder_labels"])  # its own mask, not the main one
+
+
+def test_decoder_texts_hide_their_words_as_bert_does_by_default(tiny_bert_dir, stats_file, tokenizer, segments):
+    """The authors' code corrupts every decoder text 80/10/10; all-[MASK] (the paper's wording) is the option."""
+    bert = build(tiny_bert_dir, master_tasks="mkp,cmp", master_corpus_stats=str(stats_file))
+    masked = kept = total = 0
+    for seed in range(30):
+        batch = collate(bert, segments, seed)
+        for task in ("mkp", "cmp"):
+            selected = batch[f"{task}_labels"] != IGNORE_INDEX
+            assert torch.equal(batch[f"{task}_input_ids"][~selected], batch["input_ids"][~selected])
+            total += int(selected.sum())
+            masked += int((batch[f"{task}_input_ids"][selected] == tokenizer.mask_token_id).sum())
+            kept += int((batch[f"{task}_input_ids"][selected] == batch["input_ids"][selected]).sum())
+    assert masked / total == pytest.approx(0.8, abs=0.04) and kept / total == pytest.approx(0.1, abs=0.04)
+    plain = build(tiny_bert_dir, master_tasks="mkp", master_corpus_stats=str(stats_file),
+                  master_decoder_corruption="mask")
+    batch = collate(plain, segments)
+    selected = batch["mkp_labels"] != IGNORE_INDEX
+    assert (batch["mkp_input_ids"][selected] == tokenizer.mask_token_id).all()
+    with pytest.raises(MasterSetupError, match="--master-decoder-corruption must be bert or mask"):
+        build(tiny_bert_dir, master_tasks="cmp", master_decoder_corruption="drop")
 
 
 @pytest.mark.parametrize("ratio", [None, 0.2])
@@ -125,8 +147,10 @@ def test_npr_pairs_neighbouring_segments(tiny_bert_dir, stats_file, segments):
     batch = collate(model, segments)
     labelled = batch["npr_labels"] != IGNORE_INDEX
     assert labelled.any(-1).tolist() == [True, False, False, False, False]
-    assert (batch["npr_labels"][0][labelled[0]] == batch["npr_input_ids"].new_tensor(segments[1].input_ids)[
-        (batch["npr_input_ids"][0, 1:len(segments[1].input_ids) + 1] == model.tokenizer.mask_token_id)]).all()
+    target = batch["npr_input_ids"].new_tensor([model.tokenizer.cls_token_id, *segments[1].input_ids])
+    row = labelled[0, :len(target)]
+    assert torch.equal(batch["npr_labels"][0, :len(target)][row], target[row])  # segment i+1's words
+    assert not labelled[0, len(target):].any()
     assert "npr_encoder_input_ids" not in batch  # h comes from the main pass over segment i
 
 
@@ -143,7 +167,8 @@ def test_npr_halves_cut_at_a_word_start(tiny_bert_dir, stats_file, tokenizer, se
 
 
 def test_mkp_masks_about_half_of_the_tokens_never_special(tiny_bert_dir, stats_file, tokenizer, segments):
-    model = build(tiny_bert_dir, master_tasks="mkp", master_corpus_stats=str(stats_file))
+    model = build(tiny_bert_dir, master_tasks="mkp", master_corpus_stats=str(stats_file),
+                  master_decoder_corruption="mask")
     batch = collate(model, segments)
     masked = batch["mkp_labels"] != IGNORE_INDEX
     ordinary = batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
