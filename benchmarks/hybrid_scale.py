@@ -172,6 +172,11 @@ class SyntheticModel:
         self.card, self.synthetic, self._queries = card, synthetic, queries
         self.vocab = [f"t{i}" for i in range(synthetic.vocab)]
 
+    def checkpoint_digests(self) -> dict[str, str]:
+        """No checkpoint files: the generator's settings are in the card's checkpoint name, which its fingerprint
+        keys."""
+        return {}
+
     def encode_passage(self, texts, batch_size: int = 64, progress: bool = False):
         first = int(texts[0].rsplit(" ", 1)[1])
         return self.synthetic.documents(first, first + len(texts))
