@@ -97,15 +97,22 @@ def same_encoding(manifest: dict, where: str | os.PathLike) -> bool:
 
 
 def reusable_manifest(index_dir: Path, model) -> dict | None:
-    """``index_dir``'s manifest when ``model`` could have written it: its card's fingerprint, its precision and this
-    encoding code (None otherwise, or when there is none). What else must match (weights, corpus) is the caller's."""
+    """``index_dir``'s manifest when ``model`` could have written it: its card's fingerprint, its precision, this
+    encoding code and, for a sparse store, the store format this code reads (None otherwise, or when there is none:
+    an index of another store format was taken as current, then refused by every search, never made again). What
+    else must match (weights, corpus) is the caller's."""
     from retromae_ir.encode.corpus import precision
+    from retromae_ir.search.index import store_manifest_field
 
     manifest = Path(index_dir) / MANIFEST
     if not manifest.is_file():
         return None
     data = json.loads(manifest.read_text())
     if data.get("fingerprint") != model.card.fingerprint() or manifest_precision(data) != precision(model):
+        return None
+    if "sparse_store" in data and data["sparse_store"] != store_manifest_field():
+        logger.info("%s: its sparse store is %s, this code reads %s: not reused", index_dir, data["sparse_store"],
+                    store_manifest_field())
         return None
     return data if same_encoding(data, index_dir) else None
 

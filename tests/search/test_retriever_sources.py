@@ -140,6 +140,29 @@ def test_an_index_of_a_weight_file_since_deleted_is_not_current(tmp_path, tiny_b
     assert not retriever.index_is_current(tmp_path / "index", digests)
 
 
+
+def test_an_index_of_another_sparse_store_format_is_encoded_again(tmp_path, tiny_bert_dir):
+    """Every search refuses a sparse store of another format; the drivers took such an index as current and never
+    made it again (an exit-2 dead end until the user deleted it)."""
+    import json
+
+    from retromae_ir.encode.corpus import precision
+    from retromae_ir.search.index import store_manifest_field
+
+    card = tmp_path / "dupmae.yaml"
+    card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: dupmae\ndims: 32\nk: 8\nquery_k: 8\n")
+    retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes")
+    digests = retriever.source_digests(CORPUS)
+    manifest = {"fingerprint": retriever.card.fingerprint(), "precision": precision(retriever.model),
+                "encoding": ENCODING_VERSION, "sparse_store": store_manifest_field(), **digests}
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "manifest.json").write_text(json.dumps(manifest))
+    assert retriever.index_is_current(tmp_path / "index", digests)
+    older = {**manifest, "sparse_store": {**store_manifest_field(), "version": store_manifest_field()["version"] - 1}}
+    (tmp_path / "index" / "manifest.json").write_text(json.dumps(older))
+    assert not retriever.index_is_current(tmp_path / "index", digests)
+
+
 def test_a_tokenizer_edited_in_place_is_encoded_again(tmp_path, tiny_bert_dir):
     """Same weights, same card, a tokenizer setting changed in the checkpoint folder: the same text now becomes
     other ids, so the old index is refused for search and encoded again (the digests used to cover weight files
