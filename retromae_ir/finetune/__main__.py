@@ -13,6 +13,7 @@ from pathlib import Path
 
 from retromae_ir.cli import command, dataclass_parser
 from retromae_ir.encode.cards import load_card
+from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments, LossArguments, ModelArguments
 from retromae_ir.finetune.calibration import calibrated_teacher_temperature
 from retromae_ir.finetune.data import MASKING_VERSION, load_examples, twin_rule_acts
@@ -39,11 +40,12 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
                  if value is not None}
     card = load_card(model_args.encoder, **overrides)
     # the start's weight and tokenizer files too: a stage trained again in place keeps its card but is another start;
-    # the twin rule wherever it acts (masking, or a --train file's listed negatives that are a twin's positive)
+    # the encoding code (the representation trained: the chain keys its stages by it too); the twin rule wherever it
+    # acts (masking, or a --train file's listed negatives that are a twin's positive)
     twins = twin_rule_acts(loss.mask_false_negatives, data.train is not None)
     identity = run_identity(model_args, data, loss, training,
                             {"card": card.fingerprint(), "start_weights": checkpoint_key(card.checkpoint_path()),
-                             **({"masking": MASKING_VERSION} if twins else {})})
+                             "encoding": ENCODING_VERSION, **({"masking": MASKING_VERSION} if twins else {})})
     with exclusive_run(training, identity):
         return _train(card, model_args, data, loss, training, identity)
 

@@ -274,9 +274,13 @@ class MASTER(PretrainModel):
 
     @classmethod
     def code_identity(cls, method_args: MasterArguments | None) -> dict:
-        """With the objective's version, the keyword-masking rule's when MKP or NPR trains."""
+        """With the objective's version, when MKP or NPR trains, the keyword-masking rule's and the corpus
+        statistics' counting (statistics counted anew under another rule are new keyword weights)."""
+        from retromae_ir.pretrain.corpus_stats import KEY_VERSION
+
         tasks = parse_tasks((method_args or cls.Arguments()).master_tasks)
-        keywords = {"keyword_masking": KEYWORD_MASKING_VERSION} if {"mkp", "npr"} & set(tasks) else {}
+        keywords = ({"keyword_masking": KEYWORD_MASKING_VERSION, "corpus_stats_counting": KEY_VERSION}
+                    if {"mkp", "npr"} & set(tasks) else {})
         return {**super().code_identity(method_args), **keywords}
 
     def _side_texts(self, args: MasterArguments) -> SideTexts:

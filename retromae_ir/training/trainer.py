@@ -172,7 +172,8 @@ def identity_digest(identity: dict) -> str:
 # identity keys that no flag sets: what the run's start and code versions are, named as such in a refusal
 NOT_FLAGS = {"world_size": "processes", "start_weights": "start weights", "card": "card",
              "corpus_reader": "corpus reader", "masking": "twin-query rule",
-             "keyword_masking": "keyword masking rule", "objective": "pre-training objective version"}
+             "keyword_masking": "keyword masking rule", "objective": "pre-training objective version",
+             "encoding": "encoding code version", "corpus_stats_counting": "corpus statistics counting version"}
 
 
 def identity_changes(saved: dict, current: dict) -> list[str]:

@@ -138,3 +138,20 @@ def test_resume_under_another_twin_rule_is_refused_where_the_rule_acts(tiny_bert
     assert refused.value.code == 2
     assert f"twin-query rule {cli.MASKING_VERSION - 1} -> {cli.MASKING_VERSION}" in capsys.readouterr().err
     finetune([*plain, "--max-steps", "2", "--resume"])  # nothing the rule decides: resumed
+
+
+def test_resume_under_other_encoding_code_is_refused(tiny_bert_dir, scifact_slice, tmp_path, capsys, monkeypatch):
+    """The encoding code decides the representation fine-tuning trains (the chain keys its stages by it): a run
+    begun under one version was resumed under the next by the command (exit 0)."""
+    import retromae_ir.finetune.__main__ as cli
+
+    argv = ["--stage", "1", "--encoder", str(tiny_card_file(tiny_bert_dir, tmp_path)), "--queries",
+            str(scifact_slice / "queries.jsonl"), "--qrels", str(scifact_slice / "qrels/train.tsv"), "--corpus",
+            str(scifact_slice / "corpus.jsonl"), "--group-size", "1", "--batch-size", "4", "--device", "cpu",
+            "--save-steps", "1", "--output", str(tmp_path / "run")]
+    finetune([*argv, "--max-steps", "1"])
+    monkeypatch.setattr(cli, "ENCODING_VERSION", cli.ENCODING_VERSION + 1)
+    with pytest.raises(SystemExit) as refused:
+        finetune([*argv, "--max-steps", "2", "--resume"])
+    assert refused.value.code == 2
+    assert f"encoding code version {cli.ENCODING_VERSION - 1} -> {cli.ENCODING_VERSION}" in capsys.readouterr().err

@@ -259,6 +259,9 @@ def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file, monke
     # the keyword-masking rule keys the run: one started under another rule is not resumed under this one
     run = json.loads((out / "trainer_state" / "run.json").read_text())["identity"]
     assert run["keyword_masking"] == KEYWORD_MASKING_VERSION
+    from retromae_ir.pretrain.corpus_stats import KEY_VERSION
+
+    assert run["corpus_stats_counting"] == KEY_VERSION  # statistics counted anew under another rule: new weights
     assert MASTER.code_identity(MasterArguments(master_tasks="cmp,dor")) == {"objective": MASTER.objective_version}
     monkeypatch.setattr("retromae_ir.pretrain.master.KEYWORD_MASKING_VERSION", KEYWORD_MASKING_VERSION + 1)
     with pytest.raises(SystemExit) as refused:
