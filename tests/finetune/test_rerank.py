@@ -45,10 +45,7 @@ def test_pairs_cut_the_passage_first_and_a_query_longer_than_the_limit(cross_enc
 
 
 def test_scores_align_with_candidates_and_resume(cross_encoder, tmp_path):
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
-    source = tmp_path / "neg.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    corpus, source = write_inputs(tmp_path)
     args = ScoreArguments(str(source), str(tmp_path / "scored.jsonl"), str(corpus), batch_size=4, chunk_queries=1)
     fresh = score_file(cross_encoder, args).read_text().splitlines()
     for line, record in zip(fresh, RECORDS):
@@ -79,6 +76,14 @@ def test_scores_align_with_candidates_and_resume(cross_encoder, tmp_path):
             first["positive_scores"] + first["negative_scores"], abs=1e-5)
     assert not (tmp_path / "scored.jsonl.partial").exists()
     assert not (tmp_path / "scored.jsonl.partial.key.json").exists()
+
+
+def write_inputs(tmp_path):
+    """CORPUS as corpus.jsonl and RECORDS as the negatives file neg.jsonl in ``tmp_path``."""
+    corpus, source = tmp_path / "corpus.jsonl", tmp_path / "neg.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
+    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    return corpus, source
 
 
 def interrupted(model, args):
@@ -121,10 +126,7 @@ def test_a_mined_record_left_beside_the_scored_output_is_removed(cross_encoder, 
     before OUTPUT.key.json: the other corpus's digest was checked, and its ids resolved to wrong passages (exit 0)."""
     from retromae_ir.finetune.data import made_from
 
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
-    source = tmp_path / "neg.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    corpus, source = write_inputs(tmp_path)
     output = tmp_path / "scored.jsonl"
     (tmp_path / "scored.jsonl.args.json").write_text(json.dumps({"corpus_sha256": "another corpus's"}))
     score_file(cross_encoder, ScoreArguments(str(source), str(output), str(corpus)))
@@ -140,10 +142,7 @@ def test_a_mined_record_left_beside_the_scored_output_is_removed(cross_encoder, 
 def test_a_partial_file_scored_on_another_kind_of_device_is_started_over(cross_encoder, tmp_path):
     """A GPU rounds otherwise than a CPU: a partial file begun on one is not continued on the other (it was, and the
     output held scores of two roundings)."""
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
-    source = tmp_path / "neg.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    corpus, source = write_inputs(tmp_path)
     args = ScoreArguments(str(source), str(tmp_path / "scored.jsonl"), str(corpus), chunk_queries=1)
     interrupted(cross_encoder, args)
     key = tmp_path / "scored.jsonl.partial.key.json"
@@ -326,10 +325,7 @@ def test_a_rerun_scores_each_pair_in_the_batch_a_whole_run_would(cross_encoder, 
     """A partial file of another batching is started over, and a chunk cut short is scored again whole: padding to
     another length rounds otherwise, and a resumed file held scores of two batchings (exit 0)."""
     caplog.set_level(logging.INFO)  # the level a command sets up
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in CORPUS.items()))
-    source = tmp_path / "neg.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    corpus, source = write_inputs(tmp_path)
     args = ScoreArguments(str(source), str(tmp_path / "scored.jsonl"), str(corpus), batch_size=3, chunk_queries=2)
     fresh = score_file(cross_encoder, args).read_text().splitlines()
     (tmp_path / "scored.jsonl").unlink()
