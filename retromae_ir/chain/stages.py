@@ -38,6 +38,10 @@ EVALUATION = (*MODES, "dev", "eval_wall_s", "made_with", "sparse_weight", "spars
 METRICS = ("ndcg@10", "recall@100")
 # versions of the code a stage's output depends on besides its inputs (see Chain.timed): vectors and search runs
 # (a card's evaluation and its mined negatives), and the representation fine-tuning trains (finetune/model.py)
+# Bumped when a stage command's run identity gains a key, so that checkpoints the chain started under the old one,
+# which the command's --resume now refuses, are started afresh (not resumed into a refusal on every run). 2: the
+# fine-tuning identity keys the encoding code, the pre-training identity the objective (2026-11-27).
+STARTED_VERSION = 2
 RETRIEVAL_CODE = {"encoding": ENCODING_VERSION, "search": SEARCH_VERSION}
 TRAINING_CODE = {"encoding": ENCODING_VERSION}
 DEPTH = 100  # hits a run is scored on: retrieved one deeper, so that a dropped self-hit leaves DEPTH (as BEIR's 1,000)
@@ -161,10 +165,13 @@ class Chain:
             elif folder and self.started.get(name, {}).get("made_from", made_from) != made_from:
                 log.info("%s: its checkpoints were trained from other inputs; started afresh", name)
                 remove_tree(folder)
+            elif folder and name in self.started and self.started[name].get("version", 1) != STARTED_VERSION:
+                log.info("%s: its checkpoints were started under an older run identity; started afresh", name)
+                remove_tree(folder)
             if folder:  # a stage folder: a training stage resumes from its checkpoints there
                 self.started[name] = {"settings": stage_settings(self.config, name, self.inputs, started=True),
                                       "folder": str(folder.relative_to(self.output)),  # an output copied elsewhere
-                                      "made_from": made_from}                            # holds its own
+                                      "made_from": made_from, "version": STARTED_VERSION}  # holds its own
                 with atomic_write(self.started_path) as handle:
                     json.dump(self.started, handle, indent=2)
             start = time.time()

@@ -297,7 +297,7 @@ def test_an_unrecorded_stage_trained_from_other_inputs_starts_afresh(tmp_path):
     from were made again since (the trainer would refuse to resume them, and the chain could not go on)."""
     from types import SimpleNamespace
 
-    from retromae_ir.chain.stages import Chain
+    from retromae_ir.chain.stages import STARTED_VERSION, Chain
 
     source, folder = tmp_path / "negatives.jsonl", tmp_path / "2-stage2"
     source.write_text("old\n")
@@ -314,7 +314,7 @@ def test_an_unrecorded_stage_trained_from_other_inputs_starts_afresh(tmp_path):
                             record=lambda name, **values: chain.results.setdefault(name, {}).update(values),
                             stale=lambda *args: Chain.stale(chain, *args))
     made_from = {"negatives.jsonl": chain_digest(source)}
-    chain.started = {"2-stage2": {"folder": "2-stage2", "made_from": made_from}}
+    chain.started = {"2-stage2": {"folder": "2-stage2", "made_from": made_from, "version": STARTED_VERSION}}
     Chain.timed(chain, "2-stage2", folder / "card.yaml", train, inputs=(source,))
     assert seen == [True]  # same inputs: resumed from its checkpoints
     chain.results.clear()
@@ -323,6 +323,15 @@ def test_an_unrecorded_stage_trained_from_other_inputs_starts_afresh(tmp_path):
     Chain.timed(chain, "2-stage2", folder / "card.yaml", train, inputs=(source,))
     assert seen == [True, False] and chain.started["2-stage2"]["made_from"] == {"negatives.jsonl":
                                                                                 chain_digest(source)}
+    # checkpoints started under an older run identity (no version: before the fine-tuning identity keyed the
+    # encoding code) are started afresh: the command's --resume refuses them, and the chain stopped there every run
+    assert chain.started["2-stage2"]["version"] == STARTED_VERSION
+    chain.results.clear()
+    (folder / "card.yaml").unlink()
+    (folder / "checkpoints").mkdir()
+    del chain.started["2-stage2"]["version"]
+    Chain.timed(chain, "2-stage2", folder / "card.yaml", train, inputs=(source,))
+    assert seen == [True, False, False] and chain.started["2-stage2"]["version"] == STARTED_VERSION
 
 
 def test_results_are_saved_in_pipeline_order(tmp_path):
