@@ -5,6 +5,8 @@ import contextlib
 import logging
 from pathlib import Path
 
+from retromae_ir.io import is_user_error
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -22,22 +24,23 @@ def setup_logging(log_file: Path | None = None, level: int = logging.INFO) -> No
 @contextlib.contextmanager
 def log_beside(output: str | Path):
     """Append the job's log to ``OUTPUT.log`` while the block runs. Entered after the inputs are checked; a block
-    that raises an error removes a log it created, so a refused run leaves nothing behind (the error is on stderr);
-    an interrupted one (Ctrl-C, a kill) leaves it beside what it will resume."""
+    refused by an error the user can fix (``io.is_user_error``: the one ``error:`` line a command prints) removes a
+    log it created, so a refused run leaves nothing behind; a crash or an interruption keeps it, beside what it will
+    resume."""
     log_file = Path(f"{output}.log")
     created = not log_file.exists()
     handler = logging.FileHandler(log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter(FORMAT))
     root = logging.getLogger()
     root.addHandler(handler)
-    failed = False
+    refused = False
     try:
         yield log_file
-    except Exception:
-        failed = True
+    except Exception as error:
+        refused = is_user_error(error)
         raise
     finally:
         root.removeHandler(handler)
         handler.close()
-        if failed and created:
+        if refused and created:
             log_file.unlink(missing_ok=True)

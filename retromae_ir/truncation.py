@@ -1,4 +1,5 @@
-"""The one rule every tokenizing stage (encoding, fine-tuning, the cross-encoder) applies to a max length.
+"""The rule every stage that lets the tokenizer truncate (encoding, fine-tuning, the cross-encoder) applies to a
+max length (pre-training cuts its own segments between [CLS] and [SEP]: ``pretrain/data.py`` refuses below 3).
 
 Hugging Face tokenizers ignore a ``max_length`` that the special tokens alone fill (a warning, then the whole
 text): a card or flag of 1 token encoded every text at full length, and a cross-encoder's 2 kept whole pairs.

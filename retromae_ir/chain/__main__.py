@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chain", default="scifact-quick", help="a chain's name (default: %(default)s)")
     parser.add_argument("--chains", type=Path, default=None,
                         help="the YAML file of chains (default: retromae_ir/repro/chains.yaml)")
-    parser.add_argument("--list", action="store_true", help="print the chains and the settings each changes from ChainConfig's defaults, then exit")
+    parser.add_argument("--list", action="store_true",
+                        help="print the chains and the settings each changes from ChainConfig's defaults, then exit")
     parser.add_argument("--folder", type=Path, default=None,
                         help="a BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/train.tsv, qrels/test.tsv) "
                              "instead of the chain's dataset")

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import unicodedata
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +133,9 @@ def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> l
     return fields
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (category Cc)
+
+
 def _check_token(path: Path, number: int, docid: str) -> None:
     """An id is one token: a docid file holds one a line, a TREC run one a column. Nor may it hold a control
     character: NumPy's string arrays (the encoding chunks' docids) drop a trailing NUL, so "d1\\x00" came back as
@@ -141,7 +143,7 @@ def _check_token(path: Path, number: int, docid: str) -> None:
     if len(docid.split()) != 1 or docid != docid.strip():
         raise DataFormatError(f"{path}:{number}: id {docid!r} holds whitespace (ids are single tokens in docid files "
                               "and TREC runs)")
-    if any(unicodedata.category(char) == "Cc" for char in docid):
+    if _CONTROL.search(docid):
         raise DataFormatError(f"{path}:{number}: id {docid!r} holds a control character")
 
 

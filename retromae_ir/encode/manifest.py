@@ -102,7 +102,7 @@ def reusable_manifest(index_dir: Path, model) -> dict | None:
     an index of another store format was taken as current, then refused by every search, never made again). What
     else must match (weights, corpus) is the caller's."""
     from retromae_ir.encode.corpus import precision
-    from retromae_ir.search.index import store_manifest_field
+    from retromae_ir.search.index import store_is_readable, store_manifest_field
 
     manifest = Path(index_dir) / MANIFEST
     if not manifest.is_file():
@@ -110,7 +110,7 @@ def reusable_manifest(index_dir: Path, model) -> dict | None:
     data = json.loads(manifest.read_text())
     if data.get("fingerprint") != model.card.fingerprint() or manifest_precision(data) != precision(model):
         return None
-    if "sparse_store" in data and data["sparse_store"] != store_manifest_field():
+    if "sparse_store" in data and not store_is_readable(data["sparse_store"]):
         logger.info("%s: its sparse store is %s, this code reads %s: not reused", index_dir, data["sparse_store"],
                     store_manifest_field())
         return None

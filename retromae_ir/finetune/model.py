@@ -26,8 +26,8 @@ from retromae_ir.finetune.arguments import DataArguments, LossArguments
 from retromae_ir.finetune.data import GroupCollator
 from retromae_ir.finetune.losses import contrastive_loss, default_temperature, distillation_loss, false_negatives
 from retromae_ir.io import atomic_write
-from retromae_ir.truncation import check_max_length
 from retromae_ir.training.distributed import gather_with_grad
+from retromae_ir.truncation import check_max_length
 
 METADATA_FILE = "retromae_ir.json"
 

@@ -16,8 +16,9 @@ last layers (``copy``). The tasks (``--master-tasks``, any subset, for the paper
   document or of the segment (side texts from generate.py, side_texts.py), whole-word random masking. Off when
   the texts are absent.
 
-Masked decoder tokens become [MASK]. Loss = sum of the encoder MLM losses (main pass, CMP pass, NPR pass in
-``halves`` mode) and the decoder losses, each the mean cross-entropy over its masked tokens (Eq. 8 with
+A decoder's masked words are hidden 80/10/10 like BERT's ([MASK], a random token, unchanged: the authors' code;
+``--master-decoder-corruption mask``: all [MASK]). Loss = sum of the encoder MLM losses (main pass, CMP pass, NPR
+pass in ``halves`` mode) and the decoder losses, each the mean cross-entropy over its masked tokens (Eq. 8 with
 per-task token means, as in the authors' code). A row without the text a task needs adds nothing to it.
 """
 from __future__ import annotations
@@ -102,6 +103,9 @@ def check_arguments(args: MasterArguments) -> None:
     if args.master_decoder_corruption not in ("bert", "mask"):
         raise MasterSetupError(f"--master-decoder-corruption must be bert or mask, got "
                                f"{args.master_decoder_corruption!r}")
+    if args.master_side_max_length < 3:
+        raise MasterSetupError(f"--master-side-max-length {args.master_side_max_length} leaves no room for text "
+                               f"between [CLS] and [SEP]")
     if not 0.0 < args.master_cmp_mask_ratio < 1.0:
         raise MasterSetupError(f"--master-cmp-mask-ratio must be in (0, 1), got {args.master_cmp_mask_ratio}")
     if args.master_keyword_weighting not in WEIGHTINGS:
@@ -235,6 +239,7 @@ class MASTER(PretrainModel):
     """Encoder MLM + the MKP, CMP, NPR, DOR and GOR decoders (any subset)."""
 
     name = "master"
+    objective_version = 2  # 2: CMP splits the words 50/50, decoder texts corrupted 80/10/10 (2026-11-27)
     Arguments = MasterArguments
 
     def __init__(self, backbone, masking, method_args=None):

@@ -1,12 +1,12 @@
 """Soft labels: the cross-encoder's score of every positive and negative of a training JSONL.
 
 The output is the input with ``positive_scores`` / ``negative_scores`` added (what ``--stage distill`` reads).
-Records are appended to ``OUTPUT.partial`` a chunk of queries at a time; a rerun continues after the last
-complete record, and the file is renamed to OUTPUT when every query is scored. A rerun continues only a partial file
-of the same inputs (``OUTPUT.partial.key.json``: the cross-encoder's weight and tokenizer files and max length, the
-kind of device, the batching, the input and corpus bytes); any other partial file is started over, so an output never
-mixes two models', inputs', devices' or batchings' scores. A rerun continues after the last whole chunk, so every
-pair is scored in the batch a run without the interruption would have put it in.
+Records are appended to ``OUTPUT.partial`` a chunk of queries at a time, and the file is renamed to OUTPUT when
+every query is scored. A rerun continues only a partial file of the same inputs (``OUTPUT.partial.key.json``: the
+cross-encoder's weight and tokenizer files and max length, the kind of device, the batching, the input and corpus
+bytes); any other partial file is started over, so an output never mixes two models', inputs', devices' or
+batchings' scores. It continues after the last whole chunk, so every pair is scored in the batch a run without the
+interruption would have put it in.
 """
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ def _completed(partial: Path, chunk_queries: int) -> int:
 def score_key(model, args: ScoreArguments) -> dict:
     """What the scores depend on: the cross-encoder's weight and tokenizer files (a hub name's cached revision) and
     max length, the kind of device (a GPU's kernels round otherwise than a CPU's: a file resumed on the other would
-    hold scores of two roundings), the batching (a pair padded to another length rounds otherwise too), the input and corpus bytes, and the format (2: every listed negative scored; a
-    partial file of format 1 skipped a negative repeating a positive, and its scores would be misaligned with the
-    record)."""
+    hold scores of two roundings), the batching (a pair padded to another length rounds otherwise too), the input
+    and corpus bytes, and the format (2: every listed negative scored; a partial file of format 1 skipped a negative
+    repeating a positive, and its scores would be misaligned with the record)."""
     return {"format": 2, "model_weights": cached_checkpoint_key(model.args.model),
             "max_length": model.args.max_length, "device": torch.device(model.device).type,
             "batching": {"batch_size": args.batch_size, "chunk_queries": args.chunk_queries},
@@ -70,10 +70,11 @@ def score_key(model, args: ScoreArguments) -> dict:
 
 
 def _resume(partial: Path, key: dict, chunk_queries: int) -> int:
-    """Records of ``partial`` to keep: its complete ones when it was written under ``key``, else none (a partial
-    file of other inputs is deleted); the key of the file to be written is in place before it returns."""
+    """Records of ``partial`` to keep: its whole chunks' when it was written under ``key``, else none (a partial
+    file of another key is deleted); the key of the file to be written is in place before it returns."""
     if partial.is_file() and read_key(partial) != key:
-        logger.warning("%s was written with another model or input: scoring from the start", partial)
+        logger.warning("%s was written under another key (model, device, batching or input): scoring from the start",
+                       partial)
         partial.unlink()
     write_key(partial, key)
     return _completed(partial, chunk_queries)

@@ -35,6 +35,11 @@ def store_manifest_field() -> dict:
     return {"store": STORE, "version": VERSION, "path": f"sparse/{STORE_FOLDER}"}
 
 
+def store_is_readable(entry: dict) -> bool:
+    """Whether this code reads the sparse store a manifest's ``sparse_store`` entry describes."""
+    return entry.get("store") == STORE and entry.get("version") == VERSION
+
+
 class DocidTable(Sequence):
     """The lines of a docid file as a read-only sequence of str, held as one bytes block plus int64 offsets (a
     Python list of 8.8M short strings takes about 0.6 GB; this about 0.2 GB)."""
@@ -118,7 +123,7 @@ class HybridIndex:
         sparse_dir = self.directory / "sparse"
         entry = self.manifest.get("sparse_store")
         if entry is not None:
-            if entry.get("store") != STORE or entry.get("version") != VERSION:
+            if not store_is_readable(entry):
                 raise IndexMismatchError(f"{self.directory}: its sparse store is {entry}; this retromae_ir reads "
                                          f"{store_manifest_field()}: upgrade retromae_ir, or encode the corpus again")
             try:

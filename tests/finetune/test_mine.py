@@ -157,3 +157,12 @@ def test_mining_logs_beside_its_output_and_a_refused_run_leaves_no_log(tmp_path,
     with pytest.raises(ValueError, match="no query kept a negative"):  # a log of earlier runs is kept, and told
         mining._mine_into(refused)
     assert (tmp_path / "neg.jsonl.log").read_text().startswith(log)
+
+    def crashing(args, queries):
+        raise RuntimeError("a bug, not a refusal")
+
+    (tmp_path / "neg.jsonl.log").unlink()
+    monkeypatch.setattr(mining, "retrieve", crashing)
+    with pytest.raises(RuntimeError):
+        mining._mine_into(args)
+    assert (tmp_path / "neg.jsonl.log").is_file()  # a crash keeps its log, to be read

@@ -339,17 +339,20 @@ def test_a_rerun_scores_each_pair_in_the_batch_a_whole_run_would(cross_encoder, 
         finally:
             del cross_encoder.score
 
-    interrupted(cross_encoder, ScoreArguments(**{**vars(args), "batch_size": 64, "chunk_queries": 1}))  # another batching
+    other_batching = ScoreArguments(**{**vars(args), "batch_size": 64, "chunk_queries": 1})
+    interrupted(cross_encoder, other_batching)
     assert partial.read_text().count("\n") == 1
     assert json.loads(partial.with_name(partial.name + ".key.json").read_text())["batching"] == {
         "batch_size": 64, "chunk_queries": 1}
     lines, scored = rerun(args)
     assert lines == fresh and set(scored) == {"vitamin d", "insulin", "rain"}  # started over
 
-    (tmp_path / "scored.jsonl").unlink()
-    interrupted(cross_encoder, args)
-    partial.write_text(fresh[0] + "\n")  # the first chunk (two queries) cut short after one record
-    lines, scored = rerun(args)
-    assert lines == fresh and set(scored) == {"vitamin d", "insulin", "rain"}  # the cut chunk scored whole again
+    for left, rescored in ((fresh[0] + "\n", {"vitamin d", "insulin", "rain"}),  # the first chunk cut after a record
+                           (fresh[0] + "\n" + fresh[1] + "\n" + fresh[2][:15], {"rain"})):  # a whole chunk, torn line
+        (tmp_path / "scored.jsonl").unlink()
+        interrupted(cross_encoder, args)  # leaves this batching's key beside the partial file
+        partial.write_text(left)
+        lines, scored = rerun(args)
+        assert lines == fresh and set(scored) == rescored  # a cut chunk is scored whole again
     log = (tmp_path / "scored.jsonl.log").read_text()  # every run's, the interrupted ones' too
-    assert log.count("3 queries scored") == 3 and log.count("continuing after") == 0
+    assert log.count("3 queries scored") == 4 and log.count("continuing after 2 scored queries") == 1

@@ -187,6 +187,8 @@ def test_setup_errors(tiny_bert_dir, stats_file):
         build(tiny_bert_dir, master_tasks="cmp", master_npr_pairs="thirds")
     with pytest.raises(MasterSetupError, match=r"--master-cmp-mask-ratio must be in \(0, 1\), got 1.0"):
         build(tiny_bert_dir, master_tasks="cmp", master_cmp_mask_ratio=1.0)
+    with pytest.raises(MasterSetupError, match="--master-side-max-length 2 leaves no room for text"):
+        build(tiny_bert_dir, master_tasks="cmp", master_side_max_length=2)
 
 
 @pytest.mark.parametrize("given, tasks, says", [

@@ -49,7 +49,6 @@ def test_resume_with_another_corpus_is_refused_until_overwrite(tiny_bert_dir, co
     assert "--overwrite: discarded" in (out / "train.log").read_text()
 
 
-
 def test_a_run_of_another_pretraining_objective_is_not_resumed(tiny_bert_dir, corpora, tmp_path, capsys, monkeypatch):
     """A change to what the same options train (the method's objective_version, bumped with the change) keys the run:
     it was resumed, its checkpoint trained on under the new objective (exit 0)."""
@@ -63,6 +62,7 @@ def test_a_run_of_another_pretraining_objective_is_not_resumed(tiny_bert_dir, co
     version = RetroMAE.objective_version
     assert f"pre-training objective version {version - 1} -> {version}" in line
     assert (out / "loss.csv").read_text() == before
+
 
 def test_more_steps_on_the_same_data_continue_with_a_replanned_schedule(tiny_bert_dir, corpora, tmp_path):
     out = tmp_path / "run"

@@ -4,6 +4,7 @@ week by a model interface it did not follow, and no test ran it)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ def test_tiny_run_builds_and_the_exact_searcher_matches_brute_force(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "hybrid_scale.py"), "--docs", "200",
                            "--queries", "10", "--vocab", "1000", "--work", str(work), "--skip", "pyserini",
                            "--no-lucene", "--candidates", "100", "--threads", "1"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # this checkout's code, not the installed
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((work / "results.json").read_text())
     assert results["build"]["settings"]["docs"] == 200

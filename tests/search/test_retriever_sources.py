@@ -140,7 +140,6 @@ def test_an_index_of_a_weight_file_since_deleted_is_not_current(tmp_path, tiny_b
     assert not retriever.index_is_current(tmp_path / "index", digests)
 
 
-
 def test_an_index_of_another_sparse_store_format_is_encoded_again(tmp_path, tiny_bert_dir):
     """Every search refuses a sparse store of another format; the drivers took such an index as current and never
     made it again (an exit-2 dead end until the user deleted it)."""
