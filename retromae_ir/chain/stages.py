@@ -36,12 +36,14 @@ log = logging.getLogger("retromae_ir.chain")
 MODES = ("dense", "sparse", "hybrid")
 EVALUATION = (*MODES, "dev", "eval_wall_s", "made_with", "sparse_weight", "sparse_weight_sweep")  # a record's metrics
 METRICS = ("ndcg@10", "recall@100")
+# A training stage's run-identity version, bumped when its command's run identity gains a key: checkpoints the chain
+# started under the old one, which the command's --resume refuses, are then started afresh once, not resumed into a
+# refusal on every run. A started.json entry without a version (or a stage folder without an entry) is version 1.
+# 2 (2026-11-27): the fine-tuning identity keys the encoding code. (A new pre-training objective is in 0-pretrain's
+# inputs: made again anyway.)
+IDENTITY_VERSIONS = {"1-stage1": 2, "2-stage2": 2, "3-distill": 2}
 # versions of the code a stage's output depends on besides its inputs (see Chain.timed): vectors and search runs
 # (a card's evaluation and its mined negatives), and the representation fine-tuning trains (finetune/model.py)
-# Bumped when a stage command's run identity gains a key, so that checkpoints the chain started under the old one,
-# which the command's --resume now refuses, are started afresh (not resumed into a refusal on every run). 2: the
-# fine-tuning identity keys the encoding code, the pre-training identity the objective (2026-11-27).
-STARTED_VERSION = 2
 RETRIEVAL_CODE = {"encoding": ENCODING_VERSION, "search": SEARCH_VERSION}
 TRAINING_CODE = {"encoding": ENCODING_VERSION}
 DEPTH = 100  # hits a run is scored on: retrieved one deeper, so that a dropped self-hit leaves DEPTH (as BEIR's 1,000)
@@ -122,7 +124,8 @@ class Chain:
         self.started_path = output / "started.json"
         self.started = json.loads(self.started_path.read_text()) if self.started_path.is_file() else {}
         resumable = {name: entry for name, entry in self.started.items()  # unfinished, with checkpoints to resume
-                     if name not in self.results and (output / entry["folder"]).is_dir()}
+                     if name not in self.results and (output / entry["folder"]).is_dir()
+                     and entry.get("version", 1) == identity_version(name)}
         self.inputs = {"dataset": folder.name, "data_sha256": dataset_digest(folder), "model": model, "bf16": bf16,
                        "pretrained": str(pretrained) if pretrained else None,
                        # every stage starts from --model, else the packaged MiniLM: keyed by its files either way
@@ -165,13 +168,13 @@ class Chain:
             elif folder and self.started.get(name, {}).get("made_from", made_from) != made_from:
                 log.info("%s: its checkpoints were trained from other inputs; started afresh", name)
                 remove_tree(folder)
-            elif folder and name in self.started and self.started[name].get("version", 1) != STARTED_VERSION:
+            elif folder and folder.is_dir() and self.started.get(name, {}).get("version", 1) != identity_version(name):
                 log.info("%s: its checkpoints were started under an older run identity; started afresh", name)
                 remove_tree(folder)
             if folder:  # a stage folder: a training stage resumes from its checkpoints there
                 self.started[name] = {"settings": stage_settings(self.config, name, self.inputs, started=True),
                                       "folder": str(folder.relative_to(self.output)),  # an output copied elsewhere
-                                      "made_from": made_from, "version": STARTED_VERSION}  # holds its own
+                                      "made_from": made_from, "version": identity_version(name)}  # its own
                 with atomic_write(self.started_path) as handle:
                     json.dump(self.started, handle, indent=2)
             start = time.time()
@@ -495,6 +498,11 @@ class Chain:
         soft = self.soft_labels(teacher, mined)
         stage3 = self.finetune("3-distill", "distill", stage2, soft, self.config.group)
         self.evaluate("3-distill", self.card_retrievers(stage3))
+
+
+def identity_version(stage: str) -> int:
+    """The run-identity version of ``stage``'s command (:data:`IDENTITY_VERSIONS`)."""
+    return IDENTITY_VERSIONS.get(stage, 1)
 
 
 def remove_tree(folder: Path) -> None:

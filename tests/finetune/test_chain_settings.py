@@ -193,6 +193,13 @@ def test_an_interrupted_stage_is_not_resumed_with_another_schedule(tmp_path):
         Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2, epochs_stage1=3.0),
               None, False)
     Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2), None, False)
+    # started under an older run identity (no version): it will be started afresh, so other settings are no reason
+    # to refuse the re-run
+    started = json.loads((tmp_path / "out" / "started.json").read_text())
+    del started["1-stage1"]["version"]
+    (tmp_path / "out" / "started.json").write_text(json.dumps(started))
+    Chain(folder, folder / "corpus.jsonl", tmp_path / "out", ChainConfig(dev_queries=2, epochs_stage1=3.0), None,
+          False)
     # its folder removed, nothing is resumed: the new settings start it afresh (an atomic output, such as mined
     # negatives, never holds a part to resume and is not recorded)
     import shutil
@@ -297,7 +304,7 @@ def test_an_unrecorded_stage_trained_from_other_inputs_starts_afresh(tmp_path):
     from were made again since (the trainer would refuse to resume them, and the chain could not go on)."""
     from types import SimpleNamespace
 
-    from retromae_ir.chain.stages import STARTED_VERSION, Chain
+    from retromae_ir.chain.stages import Chain, identity_version
 
     source, folder = tmp_path / "negatives.jsonl", tmp_path / "2-stage2"
     source.write_text("old\n")
@@ -314,7 +321,7 @@ def test_an_unrecorded_stage_trained_from_other_inputs_starts_afresh(tmp_path):
                             record=lambda name, **values: chain.results.setdefault(name, {}).update(values),
                             stale=lambda *args: Chain.stale(chain, *args))
     made_from = {"negatives.jsonl": chain_digest(source)}
-    chain.started = {"2-stage2": {"folder": "2-stage2", "made_from": made_from, "version": STARTED_VERSION}}
+    chain.started = {"2-stage2": {"folder": "2-stage2", "made_from": made_from, "version": 2}}
     Chain.timed(chain, "2-stage2", folder / "card.yaml", train, inputs=(source,))
     assert seen == [True]  # same inputs: resumed from its checkpoints
     chain.results.clear()
@@ -325,13 +332,17 @@ def test_an_unrecorded_stage_trained_from_other_inputs_starts_afresh(tmp_path):
                                                                                 chain_digest(source)}
     # checkpoints started under an older run identity (no version: before the fine-tuning identity keyed the
     # encoding code) are started afresh: the command's --resume refuses them, and the chain stopped there every run
-    assert chain.started["2-stage2"]["version"] == STARTED_VERSION
-    chain.results.clear()
-    (folder / "card.yaml").unlink()
-    (folder / "checkpoints").mkdir()
-    del chain.started["2-stage2"]["version"]
-    Chain.timed(chain, "2-stage2", folder / "card.yaml", train, inputs=(source,))
-    assert seen == [True, False, False] and chain.started["2-stage2"]["version"] == STARTED_VERSION
+    assert chain.started["2-stage2"]["version"] == identity_version("2-stage2") == 2
+    for forget in (lambda: chain.started["2-stage2"].pop("version"), lambda: chain.started.pop("2-stage2")):
+        chain.results.clear()
+        (folder / "card.yaml").unlink()
+        (folder / "checkpoints").mkdir()
+        forget()  # an entry from before the version, or none (a folder from before started.json)
+        Chain.timed(chain, "2-stage2", folder / "card.yaml", train, inputs=(source,))
+        assert seen[-1] is False and chain.started["2-stage2"]["version"] == 2
+    assert len(seen) == 4
+    # a stage whose command's identity gained nothing resumes an entry without a version
+    assert identity_version("4-cross-encoder") == identity_version("0-pretrain") == 1
 
 
 def test_results_are_saved_in_pipeline_order(tmp_path):

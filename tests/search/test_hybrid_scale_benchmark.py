@@ -18,7 +18,8 @@ def test_tiny_run_builds_and_the_exact_searcher_matches_brute_force(tmp_path):
                            "--queries", "10", "--vocab", "1000", "--work", str(work), "--skip", "pyserini",
                            "--no-lucene", "--candidates", "100", "--threads", "1"],
                           capture_output=True, text=True, timeout=300, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})  # this checkout's code, not the installed
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(  # this checkout's code first
+                              filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((work / "results.json").read_text())
     assert results["build"]["settings"]["docs"] == 200
