@@ -181,6 +181,33 @@ def checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
     return checkpoint_file_digests(checkpoint) if Path(checkpoint).is_dir() else str(checkpoint)
 
 
+def start_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
+    """What a training run (or a chain) starting from ``checkpoint`` is keyed by: a local folder's file digests; a
+    hub name's snapshot, fetched first (:func:`fetch_snapshot`), so that the key is of the files its load reads: a
+    first run, which would download them, keys what its resume finds cached, and a resume after the hub moved on
+    keys the new revision (another start: refused). Offline, the cached snapshot; the name when nothing is cached
+    (the load fails then too)."""
+    if Path(checkpoint).is_dir():
+        return checkpoint_file_digests(checkpoint)
+    fetch_snapshot(str(checkpoint))
+    return cached_checkpoint_key(checkpoint)
+
+
+def fetch_snapshot(name: str) -> None:
+    """Download the files of hub checkpoint ``name`` that :data:`CHECKPOINT_FILES` names, in one weight format
+    (safetensors where the repository has it, as ``from_pretrained`` prefers), into the cache its load reads; when
+    offline, or ``name`` is no hub repository, nothing (logged)."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    try:
+        files = [sibling.rfilename for sibling in HfApi().model_info(name).siblings or []]
+        weights = "*.safetensors" if any(file.endswith(".safetensors") for file in files) else "*.bin"
+        snapshot_download(name, allow_patterns=[pattern for pattern in CHECKPOINT_FILES
+                                                if pattern not in ("*.safetensors", "*.bin")] + [weights])
+    except Exception as error:  # noqa: BLE001 (offline, no such repository, not a hub name: keyed by the cache)
+        logger.info("%s: not fetched from the hub (%s); keyed by its cached snapshot, if any", name, error)
+
+
 def cached_checkpoint_key(checkpoint: str | os.PathLike) -> dict[str, str] | str:
     """:func:`checkpoint_key`, with a hub name keyed by the files of its cached snapshot where that holds weights
     (the revision a load finds, or has just fetched: another revision is another key); by its name otherwise."""

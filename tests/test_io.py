@@ -172,6 +172,50 @@ def test_a_hub_checkpoint_is_keyed_by_its_cached_revision(tmp_path, monkeypatch)
     assert cached_checkpoint_key(local) == checkpoint_file_digests(local) != {}  # a local folder: checkpoint_key
 
 
+def test_a_training_start_from_the_hub_is_keyed_by_the_files_its_load_reads(tmp_path, monkeypatch):
+    """A hub start was keyed by its name: a resume after the hub's revision moved on (another tokenizer) went on,
+    and a chain kept every stage made from the old revision. start_key fetches the snapshot first, so a first run
+    keys the files it is about to download, and a later key follows the revision the load would read."""
+    import huggingface_hub
+    from types import SimpleNamespace
+
+    from retromae_ir.io import checkpoint_file_digests, start_key
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--someone--encoder"
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    hub = {"revision": "a" * 40, "weights": b"old", "online": True, "asked": []}
+
+    def model_info(self, name):
+        if not hub["online"]:
+            raise OSError("offline")
+        return SimpleNamespace(siblings=[SimpleNamespace(rfilename=f) for f in
+                                         ("config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt")])
+
+    def snapshot_download(name, allow_patterns):
+        hub["asked"].append(sorted(allow_patterns))
+        snapshot = repo / "snapshots" / hub["revision"]
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (snapshot / "config.json").write_text("{}")
+        (snapshot / "model.safetensors").write_bytes(hub["weights"])
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(hub["revision"])
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    first = start_key("someone/encoder")  # nothing cached yet: fetched, then keyed by its files
+    assert first == checkpoint_file_digests(repo / "snapshots" / ("a" * 40)) and "model.safetensors" in first
+    assert "*.safetensors" in hub["asked"][0] and "*.bin" not in hub["asked"][0]  # one weight format
+    hub["online"] = False
+    assert start_key("someone/encoder") == first  # offline: the cached snapshot, as the resume will load it
+    hub.update(online=True, revision="b" * 40, weights=b"new")
+    assert start_key("someone/encoder") not in (first, "someone/encoder")  # the hub moved on: another start
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty"))
+    hub["online"] = False
+    assert start_key("someone/encoder") == "someone/encoder"  # neither fetched nor cached: its name
+
+
 @pytest.mark.parametrize("name", ["C:\\models\\x", "my model", "../x", "a/b/c", "x" * 200])
 def test_a_name_that_is_no_hub_name_is_keyed_by_itself(name, tmp_path, monkeypatch):
     from retromae_ir.io import cached_checkpoint_key

@@ -26,7 +26,7 @@ from retromae_ir.data.beir import dataset_digest
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
 from retromae_ir.finetune.data import MASKING_VERSION, twin_rule_acts
-from retromae_ir.io import as_stored, atomic_write, cached_checkpoint_key, checkpoint_key, file_digest
+from retromae_ir.io import as_stored, atomic_write, cached_checkpoint_key, checkpoint_key, file_digest, start_key
 from retromae_ir.mine import MINING_VERSION
 from retromae_ir.packaged import default_model
 from retromae_ir.pretrain import get_method
@@ -129,7 +129,7 @@ class Chain:
         self.inputs = {"dataset": folder.name, "data_sha256": dataset_digest(folder), "model": model, "bf16": bf16,
                        "pretrained": str(pretrained) if pretrained else None,
                        # every stage starts from --model, else the packaged MiniLM: keyed by its files either way
-                       "model_weights": as_stored(checkpoint_key(model or default_model())),
+                       "model_weights": as_stored(start_key(model or default_model())),
                        "pretrained_weights": as_stored(checkpoint_key(pretrained)) if pretrained else None}
         check_settings(self.results, config, self.inputs, str(self.results_path))
         check_settings(resumable, config, self.inputs, str(self.started_path), verb="started")

@@ -19,7 +19,7 @@ from retromae_ir.finetune.calibration import calibrated_teacher_temperature
 from retromae_ir.finetune.data import MASKING_VERSION, load_examples, twin_rule_acts
 from retromae_ir.finetune.model import BiEncoder, load_encoder
 from retromae_ir.finetune.trainer import FinetuneTrainer
-from retromae_ir.io import checkpoint_key
+from retromae_ir.io import start_key
 from retromae_ir.logs import setup_logging
 from retromae_ir.training.trainer import exclusive_run, run_identity
 
@@ -44,7 +44,7 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
     # acts (masking, or a --train file's listed negatives that are a twin's positive)
     twins = twin_rule_acts(loss.mask_false_negatives, data.train is not None)
     identity = run_identity(model_args, data, loss, training,
-                            {"card": card.fingerprint(), "start_weights": checkpoint_key(card.checkpoint_path()),
+                            {"card": card.fingerprint(), "start_weights": start_key(card.checkpoint_path()),
                              "encoding": ENCODING_VERSION, **({"masking": MASKING_VERSION} if twins else {})})
     with exclusive_run(training, identity):
         return _train(card, model_args, data, loss, training, identity)

@@ -23,7 +23,7 @@ from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.backbone import check_config
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
 from retromae_ir.pretrain.data import check_maskable, load_segments, reader_version
-from retromae_ir.io import checkpoint_key, command_errors
+from retromae_ir.io import command_errors, start_key
 from retromae_ir.training.trainer import Trainer, exclusive_run, run_identity
 
 PROG = "python -m retromae_ir.pretrain"
@@ -59,7 +59,7 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     check_config(model_name, data.max_length)
     # a local start's weight and tokenizer files: one trained again in place is another start
     identity = run_identity(model_args, data, masking, training, contrastive, method_args,
-                            {"start_weights": checkpoint_key(model_name)}, corpus_reader(data.corpus),
+                            {"start_weights": start_key(model_name)}, corpus_reader(data.corpus),
                             method_cls.code_identity(method_args))
     with exclusive_run(training, identity):
         _train(model_name, data, masking, training, contrastive, method_args, method_cls, identity)

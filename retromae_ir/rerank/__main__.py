@@ -19,7 +19,7 @@ COMMANDS = {"train": "train the cross-encoder on the stage-2 groups",
 def train(argv: list[str]):
     from retromae_ir.finetune.arguments import DataArguments, FinetuneTrainingArguments
     from retromae_ir.finetune.data import MASKING_VERSION
-    from retromae_ir.io import checkpoint_key
+    from retromae_ir.io import start_key
     from retromae_ir.packaged import default_model
     from retromae_ir.rerank.model import CrossEncoderArguments, trained_max_length
     from retromae_ir.training.trainer import exclusive_run, run_identity
@@ -40,7 +40,7 @@ def train(argv: list[str]):
         model_args = dataclasses.replace(model_args, max_length=trained_max_length(model_args.model or default_model()))
     # the start's weights, not only its path: a --model folder trained again in place is another start; the twin
     # rule, which drops listed negatives that are a same-text query's positive
-    identity = run_identity({"method": "cross-encoder", "start_weights": checkpoint_key(model_args.model or
+    identity = run_identity({"method": "cross-encoder", "start_weights": start_key(model_args.model or
                                                                                          default_model()),
                              "masking": MASKING_VERSION}, model_args, data, training)
     with exclusive_run(training, identity):
