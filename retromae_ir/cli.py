@@ -73,6 +73,15 @@ def dataclass_parser(dataclass_types: Iterable[type], prog: str, **kwargs):
 COMPILE_BACKENDS = ("inductor", "openvino")  # EncoderModel.compile_backbone's
 
 
+def check_at_least_one(arguments, *names: str) -> None:
+    """Refuse a field of an argument dataclass below 1 (unset, None, passes), named as its flag: a size of 0 that
+    trained or scored nothing, or read as unset, exited 0."""
+    for name in names:
+        value = getattr(arguments, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
 def add_compile_argument(parser: argparse.ArgumentParser, context: str = "") -> None:
     """``--compile [inductor|openvino]`` (bare ``--compile``: inductor), the same flag on every command that
     encodes (``encode``, the BEIR/TREC drivers)."""

@@ -18,7 +18,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from retromae_ir.cli import command, dataclass_parser
+from retromae_ir.cli import check_at_least_one, command, dataclass_parser
 from retromae_ir.data.readers import check_min_relevance, load_qrels, load_topics
 from retromae_ir.runs import ranked
 from retromae_ir.io import atomic_write, claim_output, file_digest, key_path
@@ -61,8 +61,7 @@ class MiningArguments:
     def __post_init__(self):
         if not 1 <= self.min_rank <= self.max_rank:
             raise ValueError(f"need 1 <= --min-rank <= --max-rank, got {self.min_rank}..{self.max_rank}")
-        if self.negatives < 1:
-            raise ValueError(f"--negatives must be >= 1, got {self.negatives}")
+        check_at_least_one(self, "negatives")
         check_min_relevance(self.min_relevance)
         if self.dtype not in (None, "auto", "bf16", "fp32"):
             raise ValueError(f"--dtype must be auto, bf16 or fp32, got {self.dtype!r}")

@@ -125,7 +125,7 @@ class Chain:
         self.started = json.loads(self.started_path.read_text()) if self.started_path.is_file() else {}
         resumable = {name: entry for name, entry in self.started.items()  # unfinished, with checkpoints to resume
                      if name not in self.results and (output / entry["folder"]).is_dir()
-                     and entry.get("version", 1) == identity_version(name)}
+                     and started_under_current_identity(name, entry)}
         self.inputs = {"dataset": folder.name, "data_sha256": dataset_digest(folder), "model": model, "bf16": bf16,
                        "pretrained": str(pretrained) if pretrained else None,
                        # every stage starts from --model, else the packaged MiniLM: keyed by its files either way
@@ -168,7 +168,7 @@ class Chain:
             elif folder and self.started.get(name, {}).get("made_from", made_from) != made_from:
                 log.info("%s: its checkpoints were trained from other inputs; started afresh", name)
                 remove_tree(folder)
-            elif folder and folder.is_dir() and self.started.get(name, {}).get("version", 1) != identity_version(name):
+            elif folder and folder.is_dir() and not started_under_current_identity(name, self.started.get(name, {})):
                 log.info("%s: its checkpoints were started under an older run identity; started afresh", name)
                 remove_tree(folder)
             if folder:  # a stage folder: a training stage resumes from its checkpoints there
@@ -503,6 +503,12 @@ class Chain:
 def identity_version(stage: str) -> int:
     """The run-identity version of ``stage``'s command (:data:`IDENTITY_VERSIONS`)."""
     return IDENTITY_VERSIONS.get(stage, 1)
+
+
+def started_under_current_identity(stage: str, entry: dict) -> bool:
+    """Whether ``stage``'s started.json ``entry`` ({} for a stage folder without one) holds its command's current
+    run-identity version."""
+    return entry.get("version", 1) == identity_version(stage)
 
 
 def remove_tree(folder: Path) -> None:

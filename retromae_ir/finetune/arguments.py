@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from retromae_ir.cli import check_at_least_one
 from retromae_ir.data.readers import check_min_relevance
 from retromae_ir.training.arguments import TrainingArguments
 
@@ -58,11 +59,8 @@ class DataArguments:
                 "length, which encoding uses (train short, encode long; edit card.yaml to encode otherwise)"})
 
     def __post_init__(self):
-        if self.group_size < 1:
-            raise ValueError(f"--group-size must be >= 1, got {self.group_size}")
-        for name in ("max_query_length", "max_passage_length"):  # 0 read as unset: the card's length, silently
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        # a max length of 0 was read as unset: the card's length, silently
+        check_at_least_one(self, "group_size", "max_query_length", "max_passage_length")
         if (self.train is None) == (self.qrels is None and self.queries is None):
             raise ValueError("give either --train FILE or --queries FILE --qrels FILE (with --corpus)")
         if self.train is None and not (self.queries and self.qrels and self.corpus):

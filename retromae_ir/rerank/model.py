@@ -13,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from retromae_ir.cli import check_at_least_one
 from retromae_ir.finetune.data import TrainExample, sample_group
 from retromae_ir.finetune.losses import listwise_loss
 from retromae_ir.io import atomic_write
@@ -32,8 +33,7 @@ class CrossEncoderArguments:
                 "retromae_ir.json; else 256)"})
 
     def __post_init__(self):
-        if self.max_length is not None and self.max_length < 1:
-            raise ValueError(f"--max-length must be >= 1, got {self.max_length}")
+        check_at_least_one(self, "max_length")
 
 
 DEFAULT_MAX_LENGTH = 256

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from retromae_ir.cli import check_at_least_one
 from retromae_ir.data.readers import iter_lines
 from retromae_ir.finetune.data import check_made_from, load_passages, read_jsonl_examples
 from retromae_ir.logs import log_beside
@@ -37,9 +38,7 @@ class ScoreArguments:
     device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
 
     def __post_init__(self):
-        for name in ("batch_size", "chunk_queries"):  # below 1: nothing scored, an empty output published (exit 0)
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, "batch_size", "chunk_queries")  # below 1: an unscored output was published
 
 
 def _completed(partial: Path, chunk_queries: int) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from retromae_ir.cli import check_at_least_one
+
 
 @dataclass
 class TrainingArguments:
@@ -31,9 +33,7 @@ class TrainingArguments:
     device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
 
     def __post_init__(self):
-        for name in ("batch_size", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, "batch_size", "grad_accum")
         if self.lr <= 0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
         if not 0 <= self.warmup_ratio < 1:  # at 1 the rate would rise to the last step and never decay
