@@ -76,6 +76,23 @@ def test_bad_condition_names_the_file_and_condition(tmp_path, entry, message):
         Matrix.load(path)
 
 
+@pytest.mark.parametrize("text, key", [
+    (YAML + "tolerance: 0.5\n", "tolerance"),  # loosened every check (the last value won)
+    (YAML + "conditions:\n  - {name: c, dataset: scifact, retriever: bm25, expected: {ndcg@10: 0.1}}\n",
+     "conditions"),  # the first list went unchecked
+    ("conditions:\n  - name: a\n    dataset: scifact\n    retriever: bm25\n    expected: {ndcg@10: 0.6}\n"
+     "    expected: {recall@100: 0.9}\n", "expected"),  # nDCG@10 went unchecked
+    ("conditions:\n  - {name: a, dataset: scifact, retriever: bm25, expected: {ndcg@10: 0.6, ndcg@10: 0.1}}\n",
+     "ndcg@10"),
+])
+def test_a_key_given_twice_is_refused_naming_it_and_its_lines(tmp_path, text, key):
+    path = tmp_path / "conditions.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"conditions.yaml: not valid YAML \(line \d+: the key '{key}' is given twice "
+                                         r"\(first on line \d+\)\)$"):
+        Matrix.load(path)
+
+
 def test_scores_are_read_from_the_results_table_and_compared(tmp_path):
     condition = Condition(name="c", dataset="scifact", retriever="bm25", expected={"ndcg@10": 0.5, "recall@100": 0.9})
     csv = condition.results_csv(tmp_path)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from retromae_ir import strict_yaml
+
 CHAINS_FILE = Path(__file__).resolve().parents[1] / "repro" / "chains.yaml"
 
 
@@ -142,7 +144,7 @@ def load_chains(path: str | Path = CHAINS_FILE) -> dict[str, ChainSpec]:
     naming the file and the chain."""
     path = Path(path)
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = strict_yaml.load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as error:
         raise ValueError(f"{path}: cannot read the chains: {error}") from error
     entries = document.get("chains") if isinstance(document, dict) else None

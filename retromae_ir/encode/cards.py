@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from retromae_ir import strict_yaml
+
 logger = logging.getLogger(__name__)
 
 CARD_DIR = Path(__file__).resolve().parents[2] / "encoders"
@@ -181,7 +183,7 @@ def load_card(name_or_path: str | os.PathLike | EncoderCard, **overrides) -> Enc
         return dataclasses.replace(name_or_path, **overrides) if overrides else name_or_path
     path = card_path(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = strict_yaml.load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise CardError(f"card {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):

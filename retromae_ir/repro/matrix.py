@@ -21,6 +21,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from retromae_ir import strict_yaml
+
 CONDITIONS_FILE = Path(__file__).with_name("conditions.yaml")
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,7 +76,7 @@ class Matrix:
     @classmethod
     def load(cls, path: Path = CONDITIONS_FILE) -> "Matrix":
         try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            raw = strict_yaml.load(Path(path).read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             raise ValueError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
         if not isinstance(raw, dict):

@@ -38,6 +38,9 @@ def test_fingerprint_follows_the_representation_not_the_name():
     ("checkpoint: x\nkind: dupmae\ndims: 8\nscale: 0\n", "scale"),
     ("- a list\n", "mapping"),
     ("checkpoint: x\nkind: dupmae\ndims: 8\npooling: cls\nnormalize: 'false'\n", "normalize must be true or false"),
+    # PyYAML kept the second value silently: a card edited by appending a line encoded with that one
+    ("checkpoint: x\nkind: dupmae\ndims: 8\nk: 256\nk: 64\n",
+     "not valid YAML: line 5: the key 'k' is given twice \\(first on line 4\\)"),
 ])
 def test_bad_cards_are_rejected(tmp_path, text, message):
     path = tmp_path / "bad.yaml"

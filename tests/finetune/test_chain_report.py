@@ -56,6 +56,18 @@ def test_a_chain_with_an_unknown_setting_is_refused_naming_file_and_chain(tmp_pa
         load_chains(path)
 
 
+def test_a_chain_or_setting_given_twice_is_refused(tmp_path):
+    """PyYAML kept the last of two equal keys: the chain ran its second definition, or its second value."""
+    path = tmp_path / "chains.yaml"
+    path.write_text("chains:\n  mine:\n    dataset: nfcorpus\n  mine:\n    dataset: scifact\n")
+    with pytest.raises(ValueError, match=r"chains.yaml: cannot read the chains: line 4: the key 'mine' is "
+                                         r"given twice \(first on line 2\)$"):
+        load_chains(path)
+    path.write_text("chains:\n  mine:\n    dataset: nfcorpus\n    settings:\n      epochs: 2\n      epochs: 3\n")
+    with pytest.raises(ValueError, match=r"line 6: the key 'epochs' is given twice \(first on line 5\)"):
+        load_chains(path)
+
+
 def test_results_table_puts_each_mode_in_its_column():
     rows = [{"system": "BM25", "sparse": {"ndcg@10": 0.6789, "recall@100": 0.9253}}]
     rows += chain.stage_rows([("pre-trained", RESULTS)])
