@@ -437,6 +437,7 @@ def test_a_group_of_one_passage_is_refused_where_only_groups_train(world, tmp_pa
 
 SIZE_CASES = {  # a length the tokenizer ignores, or 0 read as unset (the card's); a step that scores nothing
     "finetune --max-query-length 0": ("finetune", ["--max-query-length", "0"], r"--max-query-length must be >= 1"),
+    "finetune --logging-steps -1": ("finetune", ["--logging-steps", "-1"], r"--logging-steps must be >= 1, got -1"),
     "finetune --max-passage-length 2": ("finetune", ["--max-passage-length", "2"],
                                         r"--max-passage-length 2 leaves no room for text: the tokenizer adds 2"),
     "rerank train --max-length 3": ("rerank train", ["--group-size", "2", "--max-length", "3"],
@@ -460,6 +461,8 @@ def test_sizes_that_would_train_or_score_otherwise_are_refused(world, tmp_path, 
 PRETRAIN_CASES = {  # extra arguments, corpus, message
     "zero steps": (["--max-steps", "0"], GOOD_CORPUS, r"--max-steps must be > 0"),
     "zero epochs": (["--epochs", "0", "--max-steps", "-1"], GOOD_CORPUS, r"--epochs must be > 0"),
+    # read as 1: a log line and a loss.csv rewrite every step
+    "logging every 0 steps": (["--logging-steps", "0"], GOOD_CORPUS, r"--logging-steps must be >= 1, got 0"),
     "corpus too short to mask": ([], jsonl([{"_id": "a", "text": "cell"}, {"_id": "b", "text": "sun"}]),
                                  r"corpus\.jsonl.*too short"),
     "fewer segments than a batch": (["--batch-size", "8"], GOOD_CORPUS, r"corpus has 6 segments, fewer than one"),

@@ -33,7 +33,7 @@ class TrainingArguments:
     device: str | None = field(default=None, metadata={"help": "cpu / cuda (default: cuda when available)"})
 
     def __post_init__(self):
-        check_at_least_one(self, "batch_size", "grad_accum")
+        check_at_least_one(self, "batch_size", "grad_accum", "logging_steps")
         if self.lr <= 0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
         if not 0 <= self.warmup_ratio < 1:  # at 1 the rate would rise to the last step and never decay

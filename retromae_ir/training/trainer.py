@@ -73,13 +73,23 @@ def as_written(value: float) -> Fraction:
 
 @dataclass
 class Schedule:
-    """How micro-batches map to optimizer steps and epochs for a given corpus size and world size."""
+    """How micro-batches map to optimizer steps and epochs for a given corpus size and world size.
+
+    ``micro_batches`` is the run's length in global micro-batches: ``max_steps x grad_accum``, or under
+    ``--epochs`` the epochs' micro-batches (rounded up), whose last optimizer step may then accumulate fewer than
+    ``grad_accum`` of them (:meth:`window`). Rounding the steps up instead trained past the epochs asked for:
+    ``--epochs 1 --grad-accum 4`` over 10 micro-batches an epoch ran 12, two of the next epoch's order."""
 
     examples: int
     batch_size: int
     world_size: int
     grad_accum: int
     max_steps: int
+    micro_batches: int | None = None  # None: max_steps x grad_accum
+
+    def __post_init__(self):
+        if self.micro_batches is None:
+            self.micro_batches = self.max_steps * self.grad_accum
 
     @classmethod
     def build(cls, examples: int, args: TrainingArguments, world_size: int) -> "Schedule":
@@ -87,11 +97,19 @@ class Schedule:
         if per_epoch < 1:
             raise TrainerError(f"corpus has {examples} segments, fewer than one global batch "
                                f"({args.batch_size} x {world_size} processes)")
-        steps = args.max_steps if args.max_steps > 0 else math.ceil(as_written(args.epochs) * per_epoch
-                                                                    / args.grad_accum)
+        micro = (args.max_steps * args.grad_accum if args.max_steps > 0
+                 else math.ceil(as_written(args.epochs) * per_epoch))
+        steps = math.ceil(micro / args.grad_accum)
         if steps < 1:
             raise TrainerError("nothing to train: --max-steps and --epochs give 0 optimizer steps")
-        return cls(examples, args.batch_size, world_size, args.grad_accum, steps)
+        return cls(examples, args.batch_size, world_size, args.grad_accum, steps, micro)
+
+    def window(self, step: int) -> range:
+        """The global micro-batches optimizer step ``step`` (from 0) accumulates: ``grad_accum`` of them, the last
+        step of an ``--epochs`` run fewer when the epochs end before its window does. A run resumed for more
+        steps goes on from ``step x grad_accum`` (a shorter last window of the earlier run is not filled in)."""
+        start = step * self.grad_accum
+        return range(start, min(start + self.grad_accum, self.micro_batches))
 
     @property
     def micro_per_epoch(self) -> int:
@@ -112,7 +130,7 @@ class Schedule:
         return order[start:start + self.batch_size].tolist()
 
     def epoch(self, step: int) -> float:
-        return step * self.grad_accum / self.micro_per_epoch
+        return min(step * self.grad_accum, self.micro_batches) / self.micro_per_epoch
 
 
 @functools.lru_cache(maxsize=1)
@@ -386,7 +404,7 @@ class Trainer:
                                  "max_steps": self.plan.total, **terms})
             progress.update(1)
             progress.set_postfix(loss=f"{terms['loss']:.3f}")
-            if self.is_main and self.step % max(self.args.logging_steps, 1) == 0:
+            if self.is_main and self.step % self.args.logging_steps == 0:
                 log.info("step %d %s", self.step, " ".join(f"{k}={v:.4f}" for k, v in terms.items()))
                 self._write_curves()
             if self.args.save_steps > 0 and self.step % self.args.save_steps == 0 and self.step < self.schedule.max_steps:
@@ -425,22 +443,23 @@ class Trainer:
         return lr
 
     def train_step(self) -> dict[str, float]:
-        """One optimizer step over ``grad_accum`` micro-batches; returns every loss term averaged over them
-        (and over processes)."""
+        """One optimizer step over its window of micro-batches (``Schedule.window``: ``grad_accum`` of them, the
+        last step of an ``--epochs`` run maybe fewer); returns every loss term averaged over them (and over
+        processes)."""
         totals: dict[str, float] = {}
-        for accum in range(self.args.grad_accum):
-            micro = self.step * self.args.grad_accum + accum
+        window = self.schedule.window(self.step)
+        for micro in window:
             collator_seed, torch_seed = micro_seeds(self.args.seed, micro, self.rank)
             examples = [self.examples[i] for i in self.schedule.indices(micro, self.rank, self.args.seed)]
             batch = self.collator(examples, torch.Generator().manual_seed(collator_seed))
             batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             torch.manual_seed(torch_seed)
-            last = accum == self.args.grad_accum - 1
+            last = micro == window[-1]
             with self._sync(last), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.args.bf16):
                 losses = self.wrapped(batch)
-            (losses["loss"] / self.args.grad_accum).backward()
+            (losses["loss"] / len(window)).backward()
             for name, value in losses.items():
-                totals[name] = totals.get(name, 0.0) + float(value.detach()) / self.args.grad_accum
+                totals[name] = totals.get(name, 0.0) + float(value.detach()) / len(window)
         if self.args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
         self.optimizer.step()

@@ -186,6 +186,40 @@ def test_epochs_count_steps_as_written(epochs, batches, steps):
     assert Schedule.build(batches * 4, args, world_size=1).max_steps == steps
 
 
+def test_epochs_under_grad_accum_train_each_epoch_once():
+    """--epochs 1 --grad-accum 4 over 10 micro-batches an epoch: 3 optimizer steps of 4, 4 and 2 micro-batches.
+    The steps' count was rounded up with full windows: 12 micro-batches, 8 of the 40 examples trained twice."""
+    from retromae_ir.training.trainer import Schedule
+
+    args = TrainingArguments(output="unused", epochs=1, batch_size=4, grad_accum=4)
+    schedule = Schedule.build(40, args, world_size=1)
+    assert schedule.max_steps == 3 and [len(schedule.window(s)) for s in range(3)] == [4, 4, 2]
+    seen = [i for step in range(3) for micro in schedule.window(step) for i in schedule.indices(micro, 0, seed=3)]
+    assert sorted(seen) == list(range(40)) and schedule.epoch(3) == 1.0
+    steps = Schedule.build(40, TrainingArguments(output="unused", max_steps=3, batch_size=4, grad_accum=4), 1)
+    assert [len(steps.window(s)) for s in range(3)] == [4, 4, 4]  # --max-steps: whole windows, into epoch 2
+
+
+def test_a_short_last_window_averages_over_its_own_micro_batches(tiny_bert_dir, corpus, tmp_path, monkeypatch):
+    trainer = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", max_steps=-1, epochs=1, grad_accum=5,
+                                                             batch_size=2))
+    per_epoch = trainer.schedule.micro_per_epoch
+    assert per_epoch % 5, "the corpus must leave a short last window"
+    seen, forward = [], trainer.wrapped.forward
+
+    def record(batch):
+        losses = forward(batch)
+        seen.append((trainer.step, float(losses["loss"].detach())))
+        return losses
+
+    monkeypatch.setattr(trainer.wrapped, "forward", record)
+    trainer.train()
+    assert len(seen) == per_epoch and trainer.history[-1]["epoch"] == 1.0
+    last = [loss for step, loss in seen if step == trainer.step - 1]
+    assert len(last) == per_epoch % 5
+    assert trainer.history[-1]["loss"] == pytest.approx(sum(last) / len(last), rel=1e-6)
+
+
 def test_warm_up_steps_count_as_written():
     """0.29 x 100 steps is 29 warm-up steps: the float product (28.999999999999996) was cut to 28."""
     from retromae_ir.training.trainer import LinearPlan
