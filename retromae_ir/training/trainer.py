@@ -385,6 +385,8 @@ class Trainer:
             self.restore(resume_from)
         if resume_from == self.output and self.step >= self.schedule.max_steps:  # its checkpoints/ were deleted
             log.info("%s is trained to step %d already: nothing to do", self.output, self.step)  # (not remade)
+            if self.is_main:  # the curve of these weights: a longer continuation killed before a checkpoint wrote on
+                self._write_curves()
             return self.output
         log.info("training %s: %d segments, %d optimizer steps (%.2f epochs), %d process(es), device %s, bf16 %s",
                  self.model.name, self.schedule.examples, self.schedule.max_steps,

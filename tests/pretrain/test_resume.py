@@ -83,6 +83,31 @@ def test_more_steps_on_the_same_data_continue_with_a_replanned_schedule(tiny_ber
     assert "resumed from" in log and "step-4 at step 4" in log and "8 optimizer steps instead of 4" in log
 
 
+def test_a_finished_run_with_nothing_to_do_rewrites_its_curve(tiny_bert_dir, corpora, tmp_path, monkeypatch):
+    """A finished run (its checkpoints/ deleted) continued for more steps and killed before a checkpoint, then
+    asked for its own steps again: 'nothing to do' left the killed continuation's rows in loss.csv (exit 0)."""
+    import shutil
+
+    from retromae_ir.training.trainer import Trainer
+
+    out = tmp_path / "run"
+    main(argv(tiny_bert_dir, corpora[0], out))
+    shutil.rmtree(out / "checkpoints")
+    step = Trainer.train_step
+
+    def killed_at_step_four(trainer):
+        if trainer.step == 3:
+            raise KeyboardInterrupt
+        return step(trainer)
+
+    monkeypatch.setattr(Trainer, "train_step", killed_at_step_four)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv(tiny_bert_dir, corpora[0], out, "--max-steps", "4", "--save-steps", "10", "--resume"))
+    assert [r["step"] for r in rows(out)] == ["1", "2", "3"]
+    main(argv(tiny_bert_dir, corpora[0], out, "--resume"))
+    assert [r["step"] for r in rows(out)] == ["1", "2"] and "nothing to do" in (out / "train.log").read_text()
+
+
 def test_fewer_steps_than_the_checkpoint_is_refused(tiny_bert_dir, corpora, tmp_path, capsys):
     out = tmp_path / "run"
     main(argv(tiny_bert_dir, corpora[0], out, "--max-steps", "3"))
