@@ -33,6 +33,7 @@ from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.models.bert.modeling_bert import BertLayer
 
+from retromae_ir.pretrain.arguments import MaskingArguments
 from retromae_ir.pretrain.base import EncoderOutput, PretrainModel, token_cross_entropy
 from retromae_ir.pretrain.collate import EncoderMLMCollator, Segment, TokenTables, pad_batch
 from retromae_ir.pretrain.keywords import (KEYWORD_MASKING_VERSION, WEIGHTINGS, CorpusStats, KeywordMasker,
@@ -90,12 +91,6 @@ def check_arguments(args: MasterArguments) -> None:
     """Refuse inconsistent options (cheap: the command runs it before counting any corpus statistics), and inputs
     that no task of ``--master-tasks`` reads (accepted and ignored, the run looked as if it used them)."""
     tasks = parse_tasks(args.master_tasks)
-    if args.master_corpus_stats is not None and not {"mkp", "npr"} & set(tasks):
-        raise MasterSetupError("--master-corpus-stats is read by the mkp and npr tasks only, and --master-tasks has "
-                               "neither")
-    if args.master_side_texts is not None and not {"dor", "gor"} & set(tasks):
-        raise MasterSetupError("--master-side-texts is read by the dor and gor tasks only, and --master-tasks has "
-                               "neither")
     if args.master_npr_pairs not in ("segments", "halves"):
         raise MasterSetupError(f"--master-npr-pairs must be segments or halves, got {args.master_npr_pairs!r}")
     if args.master_decoder_init not in ("random", "copy"):
@@ -111,6 +106,31 @@ def check_arguments(args: MasterArguments) -> None:
     if args.master_keyword_weighting not in WEIGHTINGS:
         raise MasterSetupError(f"--master-keyword-weighting must be one of {', '.join(WEIGHTINGS)}, got "
                                f"{args.master_keyword_weighting!r}")
+    check_read(args, tasks)
+
+
+READ_BY = {  # a MASTER option -> the tasks that read it
+    "master_corpus_stats": ("mkp", "npr"),
+    "master_keyword_weighting": ("mkp", "npr"),
+    "master_npr_pairs": ("npr",),
+    "master_side_texts": ("dor", "gor"),
+    "master_side_max_length": ("dor", "gor"),
+    "master_cmp_mask_ratio": ("cmp",),
+}
+DECODER_RATIO_READERS = ("mkp", "npr", "dor", "gor")  # CMP's decoder masks what its encoder pass left
+
+
+def check_read(args: MasterArguments, tasks: Sequence[str]) -> None:
+    """Refuse an option set away from its default when no task that reads it is on (DOR and GOR are off without
+    side texts): it was accepted, ignored, and written into the run's identity as if used."""
+    on = set(tasks) - (set() if args.master_side_texts else {"dor", "gor"})
+    defaults = MasterArguments()
+    for name, readers in READ_BY.items():
+        if getattr(args, name) != getattr(defaults, name) and not on & set(readers):
+            off = "" if set(readers) & set(tasks) else f"--master-tasks {args.master_tasks} has none of them"
+            raise MasterSetupError(f"--{name.replace('_', '-')} is read by the {' and '.join(readers)} "
+                                   f"task{'s' if len(readers) > 1 else ''} only, and "
+                                   f"{off or 'they are off without --master-side-texts'}")
 
 
 def parse_tasks(spec: str) -> tuple[str, ...]:
@@ -249,6 +269,11 @@ class MASTER(PretrainModel):
         self.tables = TokenTables(self.tokenizer)
         self.side_texts = self._side_texts(args)
         self.tasks = self._active_tasks(parse_tasks(args.master_tasks))
+        if masking.decoder_mask_ratio != MaskingArguments().decoder_mask_ratio and not (
+                set(DECODER_RATIO_READERS) & set(self.tasks)):
+            raise MasterSetupError(f"--decoder-mask-ratio is read by the {', '.join(DECODER_RATIO_READERS)} tasks "
+                                   "only, and none is on: CMP's decoder masks the words its encoder pass left "
+                                   "(--master-cmp-mask-ratio)")
         self.keywords = self._keyword_masker(args) if {"mkp", "npr"} & set(self.tasks) else None
         self.decoders = nn.ModuleDict({task: self._new_decoder(args) for task in self.tasks})
 

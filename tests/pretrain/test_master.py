@@ -55,9 +55,9 @@ def segments(tokenizer):
             *(Segment(d, 0, tuple(ids[d])) for d in "bcd")]
 
 
-def build(tiny_bert_dir, **args) -> MASTER:
+def build(tiny_bert_dir, masking=None, **args) -> MASTER:
     torch.manual_seed(0)
-    return MASTER.from_pretrained(str(tiny_bert_dir), MaskingArguments(), MasterArguments(**args))
+    return MASTER.from_pretrained(str(tiny_bert_dir), masking or MaskingArguments(), MasterArguments(**args))
 
 
 def collate(model, segments, seed=0):
@@ -193,13 +193,30 @@ def test_setup_errors(tiny_bert_dir, stats_file):
 
 @pytest.mark.parametrize("given, tasks, says", [
     ({"master_corpus_stats": "stats.json"}, "cmp,dor", "--master-corpus-stats is read by the mkp and npr tasks"),
-    ({"master_side_texts": "side.jsonl"}, "mkp,cmp", "--master-side-texts is read by the dor and gor tasks")])
+    ({"master_side_texts": "side.jsonl"}, "mkp,cmp", "--master-side-texts is read by the dor and gor tasks"),
+    ({"master_npr_pairs": "halves"}, "mkp", "--master-npr-pairs is read by the npr task only, and --master-tasks "
+                                            "mkp has none of them"),
+    ({"master_keyword_weighting": "tfidf"}, "cmp", "--master-keyword-weighting is read by the mkp and npr tasks"),
+    ({"master_cmp_mask_ratio": 0.3}, "mkp,npr", "--master-cmp-mask-ratio is read by the cmp task only"),
+    ({"master_side_max_length": 64}, "cmp", "--master-side-max-length is read by the dor and gor tasks only, and "
+                                            "--master-tasks cmp has none of them"),
+    # dor and gor chosen, but off without side texts
+    ({"master_side_max_length": 64}, "cmp,dor,gor", "--master-side-max-length .* they are off without "
+                                                    "--master-side-texts")])
 def test_inputs_no_chosen_task_reads_are_refused(given, tasks, says):
     from retromae_ir.pretrain.master import check_arguments
 
     with pytest.raises(MasterSetupError, match=says):
         check_arguments(MasterArguments(master_tasks=tasks, **given))
-    check_arguments(MasterArguments(**given))  # every task: read
+    check_arguments(MasterArguments(**{"master_side_texts": "side.jsonl", **given}))  # every task on: read
+
+
+def test_a_decoder_mask_ratio_no_task_reads_is_refused(tiny_bert_dir):
+    """CMP's decoder masks the words its encoder pass left: --decoder-mask-ratio under --master-tasks cmp was
+    accepted, ignored, and written into the run's identity."""
+    with pytest.raises(MasterSetupError, match="--decoder-mask-ratio is read by the mkp, npr, dor, gor tasks only"):
+        build(tiny_bert_dir, master_tasks="cmp", masking=MaskingArguments(decoder_mask_ratio=0.7))
+    build(tiny_bert_dir, master_tasks="cmp", masking=MaskingArguments())
 
 
 def test_copy_init_duplicates_the_last_encoder_layers(tiny_bert_dir):
