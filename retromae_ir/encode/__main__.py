@@ -106,6 +106,7 @@ def run_corpus(args) -> None:
     shard_id, shard_num = args.shard_id, args.shard_num
     docids, texts = read_corpus(path)
     model = _model(args)
+    model.vocab  # a sparse card's Lucene terms are checked now (check_lucene_terms), not after the encoding
     folder = encode_shard(model, docids, texts, args.output, shard_id, shard_num, args.chunk_size, args.batch_size)
     if shard_num == 1:
         merge(args.output, model.card, model.vocab, 1, args.threads or 1, extra={"corpus": str(path),

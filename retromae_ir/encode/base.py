@@ -20,7 +20,7 @@ from tqdm import tqdm
 from retromae_ir.cli import COMPILE_BACKENDS
 from retromae_ir.encode.batching import length_batches, token_budget
 from retromae_ir.encode.cards import CardError, EncoderCard, load_card
-from retromae_ir.encode.representation import dense_representation
+from retromae_ir.encode.representation import check_lucene_terms, dense_representation
 from retromae_ir.hardware import bf16_is_fast
 from retromae_ir.truncation import check_max_length
 
@@ -230,8 +230,10 @@ class EncoderModel(torch.nn.Module):
 
     @functools.cached_property
     def vocab(self) -> list[str]:
-        """Token strings by id: the terms of the sparse side (Lucene's pretokenized impacts)."""
-        return vocab_of(self.tokenizer)
+        """Token strings by id: the terms of the sparse side (Lucene's pretokenized impacts), checked as such for a
+        card with a sparse side (``check_lucene_terms``)."""
+        vocab = vocab_of(self.tokenizer)
+        return check_lucene_terms(vocab, f"card {self.card.name}'s tokenizer") if self.card.sparse else vocab
 
     @property
     def device(self) -> torch.device:

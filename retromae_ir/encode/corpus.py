@@ -33,7 +33,7 @@ from tqdm import tqdm
 from retromae_ir.encode.cards import EncoderCard
 from retromae_ir.encode.manifest import (MANIFEST, IndexMismatchError, checksums, encoding_version, manifest_precision,
                                          write_manifest)
-from retromae_ir.encode.representation import ENCODING_VERSION, impact_dicts
+from retromae_ir.encode.representation import ENCODING_VERSION, check_lucene_terms, impact_dicts
 from retromae_ir.io import atomic_dir, atomic_write, claim_output, pairs_digest
 from retromae_ir.process import run_child
 
@@ -321,6 +321,8 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
     The caller holds the output's lock."""
     output = Path(output)
     refuse_query_folder(output)
+    if card.sparse and lucene:
+        check_lucene_terms(vocab, f"card {card.name}'s tokenizer")
     work = Path(work) if work is not None else find_work(output, card, shard_num, int8)
     source = _read_source(work) or {}
     if not _encoded_by(source, card):

@@ -327,6 +327,22 @@ def score(q_dense, d_dense, q_sparse, d_sparse):
     return total
 
 
+def check_lucene_terms(vocab: list[str], source: str) -> list[str]:
+    """``vocab`` (token strings by id, from ``source``), refused where the strings cannot be the sparse side's Lucene
+    terms: an id without a string, two ids of one string (the impact dict kept one weight, the exact searcher's
+    store both) or a string holding whitespace (Lucene's whitespace analyzer splits it in documents, a query sends
+    it whole: it never matched). BERT's WordPiece vocabularies pass."""
+    first: dict[str, int] = {}
+    for index, token in enumerate(vocab):
+        if not token or any(character.isspace() for character in token):
+            raise ValueError(f"{source}: token {index} ({token!r}) cannot be a Lucene term of the sparse side (empty, "
+                             "or holding whitespace)")
+        if first.setdefault(token, index) != index:
+            raise ValueError(f"{source}: tokens {first[token]} and {index} are both {token!r}: as Lucene terms of the "
+                             "sparse side their weights would become one term's")
+    return vocab
+
+
 def impact_dicts(matrix, vocab: list[str], scale: float) -> list[dict[str, int]]:
     """Rows of a CSR matrix of OT weights -> ``{token: round(w * scale)}`` (Lucene impacts); zeros dropped."""
     out = []

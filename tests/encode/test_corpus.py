@@ -207,3 +207,42 @@ def test_a_work_folder_from_before_the_started_record_keeps_its_age(dense_model,
     assert int((old / STARTED).read_text()) == 10**9
     with pytest.raises(IndexMismatchError, match="2 finished encodings"):  # both finished, same shard count
         merge(tmp_path, dense_model.card, dense_model.vocab, shard_num=2)
+
+
+@pytest.mark.parametrize("vocab, message", [
+    (["[PAD]", "cat", "cat"], r"tokens 1 and 2 are both 'cat': as Lucene terms of the sparse side their weights "
+                              r"would become one term's"),
+    (["[PAD]", "ice cream"], r"token 1 \('ice cream'\) cannot be a Lucene term"),  # split in documents only
+    (["[PAD]", None], r"token 1 \(None\) cannot be a Lucene term"),
+])
+def test_a_vocabulary_lucene_cannot_hold_is_refused_before_the_index_is_touched(dupmae_model, tmp_path, vocab,
+                                                                             message):
+    """impact_dicts kept one of two ids' weights under one string (the exact searcher's store kept both), and a
+    term with whitespace was split by Lucene's analyzer in documents but sent whole by queries: exit 0 both."""
+    from retromae_ir.encode.representation import check_lucene_terms
+
+    with pytest.raises(ValueError, match=message):
+        check_lucene_terms(vocab, "tiny")
+    encode_shard(dupmae_model, IDS, DOCS, tmp_path, chunk_size=4)
+    with pytest.raises(ValueError, match="card tiny-dupmae's tokenizer: " + message):
+        merge(tmp_path, dupmae_model.card, vocab)
+    assert not (tmp_path / "dense").exists() and not (tmp_path / "sparse").exists()
+    merge(tmp_path, dupmae_model.card, vocab, lucene=False)  # the exact searcher's store is read by term id
+
+
+def test_only_a_sparse_cards_vocabulary_is_checked_as_lucene_terms(dense_model, dupmae_model, minilm_path,
+                                                                     monkeypatch):
+    from transformers import AutoTokenizer
+
+    from retromae_ir.encode.base import vocab_of
+    from retromae_ir.encode.representation import check_lucene_terms
+
+    minilm = AutoTokenizer.from_pretrained(minilm_path)
+    assert len(check_lucene_terms(vocab_of(minilm), "MiniLM")) == len(minilm) == 30522
+    assert len(dupmae_model.vocab) == len(dupmae_model.tokenizer)
+    monkeypatch.setattr("retromae_ir.encode.base.vocab_of", lambda tokenizer: ["[PAD]", "a", "a"])
+    for model in (dense_model, dupmae_model):  # functools.cached_property: read again, and forgotten afterwards
+        monkeypatch.delitem(model.__dict__, "vocab", raising=False)
+    assert dense_model.vocab == ["[PAD]", "a", "a"]  # a dense card makes no Lucene terms
+    with pytest.raises(ValueError, match="card tiny-dupmae's tokenizer: tokens 1 and 2 are both 'a'"):
+        dupmae_model.vocab
