@@ -154,9 +154,9 @@ def encode_queries(world, f, card, out):
                          "--device", "cpu", "--dtype", "fp32"]
 
 
-def search(world, f, card, out, index=None):
+def search(world, f, card, out, index=None, extra=()):
     return search_main, ["--index", str(index or world.index), "--encoder", str(card), "--topics", str(f["topics"]),
-                         "--output", str(out), "--mode", "dense", "--hits", "3", "--device", "cpu"]
+                         "--output", str(out), "--mode", "dense", "--hits", "3", "--device", "cpu", *extra]
 
 
 def finetune(world, f, card, out, extra=()):
@@ -447,6 +447,9 @@ SIZE_CASES = {  # a length the tokenizer ignores, or 0 read as unset (the card's
     "rerank score --batch-size 0": ("rerank score", ["--batch-size", "0"], r"--batch-size must be >= 1, got 0"),
     "rerank score --chunk-queries -1": ("rerank score", ["--chunk-queries", "-1"],
                                         r"--chunk-queries must be >= 1, got -1"),
+    # range(0, n, -1) is empty: an empty run file, "wrote ...: 0 queries", exit 0
+    "search --batch-size -1": ("search", ["--batch-size", "-1"], r"--batch-size must be >= 1, got -1"),
+    "search --threads 0": ("search", ["--threads", "0"], r"--threads must be >= 1, got 0"),
 }
 
 

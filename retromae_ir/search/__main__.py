@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import add_debug_flag, check_at_least_one, command
 from retromae_ir.search.index import MODES
 
 
@@ -42,9 +42,7 @@ def main(argv=None) -> int:
         parser.error("--candidates (K') applies to --mode hybrid without --brute-force: the other searches score "
                      "every candidate of their one side")
     args.candidates = DEFAULT_CANDIDATES if args.candidates is None else args.candidates
-    for flag in ("hits", "candidates"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    check_at_least_one(args, "hits", "candidates", "batch_size", "threads")  # --batch-size -1 searched nothing
     import torch
 
     from retromae_ir.data.readers import load_topics
