@@ -112,6 +112,9 @@ class LossArguments:
                                          ("--calibrate-teacher", self.calibrate_teacher)) if set_]
         if given and not self.distill:
             raise ValueError(f"{', '.join(given)}: distillation only (--stage distill), not --stage {self.stage}")
+        if self.calibrate_teacher and self.teacher_temperature != 1.0:  # the calibrated value replaced it
+            raise ValueError("--teacher-temperature and --calibrate-teacher do not combine: calibration sets the "
+                             "teacher temperature")
         if self.sparse_temperature != 1.0 and self.sparse_loss_weight == 0:
             raise ValueError("--sparse-temperature is the temperature of the --sparse-loss-weight term, which is 0")
         contrastive = self.hard_label_weight or self.dense_loss_weight or self.sparse_loss_weight

@@ -117,6 +117,12 @@ def test_distillation_flags_are_refused_outside_distillation(flags, named):
     assert LossArguments(stage="distill", **flags).distill
 
 
+def test_a_teacher_temperature_calibration_would_replace_is_refused():
+    """The calibrated temperature replaced the given one, which stayed in the run's identity (exit 0)."""
+    with pytest.raises(ValueError, match="--teacher-temperature and --calibrate-teacher do not combine"):
+        LossArguments(stage="distill", teacher_temperature=2.0, calibrate_teacher=True)
+
+
 def test_flags_whose_term_or_data_is_absent_are_refused():
     """Accepted and ignored before (only the run's identity changed): the sparse term's temperature without the
     term, false-negative masking in distillation without a contrastive term (the KL term is not masked), and the
