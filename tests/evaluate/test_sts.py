@@ -199,6 +199,19 @@ def test_non_finite_embeddings_and_undefined_correlations_are_refused():
         score_sets({"STSX": [pairs]}, same)
 
 
+def test_a_sentence_against_itself_ties_with_every_other_such_pair():
+    """Cosines of identical pairs came out 1.0 or 0.9999999999999998 by their vectors' rounding, and Spearman
+    ranked that noise: a subset of identical pairs only scored -100 (undefined), and ties among real pairs broke."""
+    vectors = {"a": [1.0, 2.0, 3.0], "b": [0.1, 0.7, 0.3], "c": [0.3, 0.1, 0.2]}
+    encode = lambda sentences: np.array([vectors[s] for s in sentences], dtype=np.float32)  # noqa: E731
+    assert len(set(cosine_rows(encode("ab"), encode("ab")))) == 1
+    identical = StsPairs("two", ["a", "b"], ["a", "b"], np.array([4.6, 5.0]))
+    with pytest.raises(ValueError, match="STSX: Spearman is undefined for two"):
+        score_sets({"STSX": [identical]}, encode)
+    mixed = StsPairs("three", ["a", "b", "a"], ["a", "b", "c"], np.array([4.6, 5.0, 1.0]))
+    assert score_sets({"STSX": [mixed]}, encode)[0].all == pytest.approx(100 * spearman([1, 1, 0], [4.6, 5, 1]))
+
+
 # -------------------------------------------------------------------------------------------------- resolution
 
 @pytest.fixture()
