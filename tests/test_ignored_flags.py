@@ -49,6 +49,56 @@ def test_chain_settings_that_nothing_would_read(settings, says):
     ChainConfig(**settings, pretrain=True, distill=True, group=2)  # read there
 
 
+@pytest.mark.parametrize("assignments, says", [
+    (["steps=50"], "steps is read by no stage of this chain: every fine-tuning stage trains for its epochs"),
+    (["ce_steps=500", "ce_lr=1e-5"], "ce_steps, ce_lr are read by no stage of this chain: the chain trains its own "
+                                     "cross-encoder teacher only with distill: true and no teacher given"),
+    (["distill=true", "teacher=ce-dir", "ce_batch=4"], "ce_batch is read by no stage"),
+    (["distill_lr=1e-4"], "distill_lr is read by no stage of this chain: the chain distils only with distill: true"),
+    (["pretrain_steps=10"], "pretrain_steps is read by no stage of this chain: the chain pre-trains only with "
+                            "pretrain: true"),
+    (["sparse_loss_weight=0", "sparse_temperature=3"], "sparse_temperature is read by no stage"),
+    (["sparse_weight=-0.5"], r"sparse_weight must be >= 0 \(0: chosen on the dev split\), got -0.5"),
+    (["epochs_stage1=-1"], r"epochs_stage1 must be >= 0 \(0: epochs\)"),
+    (["epochs=0"], "a fine-tuning stage with epochs 0 trains 'steps' steps, and steps is 0"),
+])
+def test_chain_settings_no_stage_reads_are_refused(assignments, says):
+    """Accepted, ignored, and recorded in the stages' settings as if used (a later run with another value was
+    refused over a setting nothing read); a negative value was read as 0."""
+    from retromae_ir.chain.config import ChainConfig
+
+    with pytest.raises(ValueError, match=f"chain settings: {says}"):
+        ChainConfig().replace(assignments)
+
+
+def test_chain_settings_read_where_their_stage_runs():
+    from retromae_ir.chain.config import ChainConfig
+
+    ChainConfig().replace(["epochs=0", "steps=50"])  # stage 2 trains 50 steps
+    ChainConfig().replace(["distill=true", "ce_steps=500", "distill_lr=1e-4", "calibrate_teacher=false"])
+    ChainConfig().replace(["pretrain=true", "pretrain_steps=10"])
+
+
+def test_chain_pretrained_leaves_the_pretraining_settings_and_the_model_unread(tmp_path):
+    from retromae_ir.chain.config import ChainConfig
+    from retromae_ir.chain.stages import CHAIN_FILES, check_chain_inputs
+
+    for name in CHAIN_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    pretrained = tmp_path / "pretrained"
+    pretrained.mkdir()
+    (pretrained / "config.json").write_text("{}")
+    config = ChainConfig(pretrain=True)
+    check_chain_inputs(tmp_path, config, pretrained)
+    with pytest.raises(ValueError, match="the chain pre-trains nothing, so pretrain_steps would be read by no stage"):
+        check_chain_inputs(tmp_path, ChainConfig(pretrain=True, pretrain_steps=10), pretrained)
+    with pytest.raises(ValueError, match="--model my/model is read by no stage with --pretrained"):
+        check_chain_inputs(tmp_path, config, pretrained, "my/model")
+    check_chain_inputs(tmp_path, ChainConfig(pretrain=True, ablation=True), pretrained, "my/model")  # ablation's
+    check_chain_inputs(tmp_path, ChainConfig(pretrain=True, distill=True), pretrained, "my/model")  # the teacher's
+
+
 def test_chain_scifact_picks_its_own_chain(capsys, monkeypatch):
     import retromae_ir.chain.__main__ as chain
 

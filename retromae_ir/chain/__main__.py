@@ -91,7 +91,7 @@ def run(spec, args) -> None:
 
     config = spec.config.replace(args.set)
     folder = args.folder or resolve_beir(spec.dataset, args.data_dir)
-    check_chain_inputs(Path(folder), config, args.pretrained)
+    check_chain_inputs(Path(folder), config, args.pretrained, args.model)
     output = args.output or Path("outputs") / f"chain-{spec.name}"
     bf16 = args.bf16 if args.bf16 is not None else bf16_is_fast("cuda" if torch.cuda.is_available() else "cpu")
     with output_lock(output):

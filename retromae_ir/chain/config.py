@@ -94,6 +94,28 @@ class ChainConfig:
         if self.distill and self.group < 2:  # the cross-encoder and distillation learn from a query's group only
             raise ValueError(f"chain settings: distill needs group >= 2 (a positive and mined negatives), got "
                              f"{self.group}")
+        self._check_read()
+
+    def _check_read(self) -> None:
+        """Refuse a setting away from its default that no stage of this chain reads (it was accepted, ignored, and
+        recorded in the stages' settings as if used: a later run with another value was refused over it), and
+        negative values read as 0."""
+        for name in ("sparse_weight", "epochs", "epochs_stage1", "lr_stage1", "steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"chain settings: {name} must be >= 0 (0: {FALLBACKS[name]}), got "
+                                 f"{getattr(self, name)}")
+        if min(self.stage_epochs("1"), self.epochs) == 0 and self.steps == 0:
+            raise ValueError("chain settings: a fine-tuning stage with epochs 0 trains 'steps' steps, and steps is 0")
+        unread = {"steps": min(self.stage_epochs("1"), self.epochs) > 0,
+                  "pretrain_steps pretrain_batch pretrain_length": not self.pretrain,
+                  "ce_steps ce_lr ce_batch ce_length": not self.distill or bool(self.teacher),
+                  "distill_lr calibrate_teacher": not self.distill,
+                  "sparse_temperature": self.sparse_loss_weight == 0}
+        for names, is_unread in unread.items():
+            changed = [name for name in names.split() if getattr(self, name) != DEFAULTS[name]]
+            if changed and is_unread:
+                raise ValueError(f"chain settings: {', '.join(changed)} {'is' if len(changed) == 1 else 'are'} read "
+                                 f"by no stage of this chain: {UNREAD_BECAUSE[names]}")
 
     def stage_epochs(self, stage: str) -> float:
         """Passes over the training queries of fine-tuning ``stage`` ("1", "2", "distill"); 0: ``steps`` steps."""
@@ -118,6 +140,18 @@ class ChainConfig:
 
 
 FIELDS = [field.name for field in dataclasses.fields(ChainConfig)]
+DEFAULTS = {field.name: field.default for field in dataclasses.fields(ChainConfig)}
+FALLBACKS = {"sparse_weight": "chosen on the dev split", "epochs": "'steps' steps", "epochs_stage1": "epochs",
+             "lr_stage1": "lr", "steps": "none; read where a stage's epochs are 0"}
+UNREAD_BECAUSE = {
+    "steps": "every fine-tuning stage trains for its epochs (set epochs=0, and epochs_stage1=0 for stage 1, to train "
+             "a number of steps)",
+    "pretrain_steps pretrain_batch pretrain_length": "the chain pre-trains only with pretrain: true",
+    "ce_steps ce_lr ce_batch ce_length": "the chain trains its own cross-encoder teacher only with distill: true and "
+                                         "no teacher given",
+    "distill_lr calibrate_teacher": "the chain distils only with distill: true",
+    "sparse_temperature": "it is the temperature of the sparse_loss_weight term, which is 0",
+}
 BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 

@@ -22,7 +22,7 @@ ABLATION = {"1-stage1": {"wall_s": 290.0, "eval_wall_s": 400.0,
 
 
 def test_set_converts_each_field_to_its_type():
-    config = ChainConfig().replace(["steps=7", "lr=1e-4", "pretrain=true", "ablation=true"])
+    config = ChainConfig().replace(["epochs=0", "steps=7", "lr=1e-4", "pretrain=true", "ablation=true"])
     assert (config.steps, config.lr, config.ablation) == (7, 1e-4, True)
     with pytest.raises(ValueError, match="no chain setting 'stepz'"):
         ChainConfig().replace(["stepz=3"])

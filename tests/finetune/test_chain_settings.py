@@ -36,7 +36,7 @@ def test_a_changed_setting_is_refused_only_for_stages_it_shaped():
     results = {name: {"settings": stage_settings(config, name, INPUTS)}
                for name in ("baseline-bm25", "0-start", "1-stage1", "2-mined-negatives", "2-stage2")}
     check_settings(results, config, INPUTS, "out/results.json")
-    check_settings(results, ChainConfig(distill_lr=1e-4), INPUTS, "out/results.json")  # only distillation's
+    check_settings(results, ChainConfig(distill=True, distill_lr=1e-4), INPUTS, "out/results.json")  # distillation's
     with pytest.raises(ChainSettingsError, match=r"out/results.json: stage 2-stage2 .*\(group 8 -> 4\)"):
         check_settings(results, ChainConfig(group=4), INPUTS, "out/results.json")
     # a given teacher changes the soft labels and distillation, not the cross-encoder the chain trained
@@ -89,7 +89,7 @@ def test_steps_with_more_passages_than_a_chunk_go_through_gradient_caching():
 def test_stage_one_may_train_its_own_epochs_and_learning_rate():
     same = ChainConfig(epochs=2.0, epochs_stage1=0, lr=2e-5, lr_stage1=0)
     assert same.stage_epochs("1") == same.stage_epochs("2") == 2.0 and same.stage_lr("1") == same.stage_lr("2") == 2e-5
-    config = ChainConfig(epochs=2.0, epochs_stage1=1.5, lr=2e-5, lr_stage1=5e-5, distill_lr=1e-5)
+    config = ChainConfig(epochs=2.0, epochs_stage1=1.5, lr=2e-5, lr_stage1=5e-5, distill=True, distill_lr=1e-5)
     assert (config.stage_epochs("1"), config.stage_epochs("2"), config.stage_epochs("distill")) == (1.5, 2.0, 2.0)
     assert (config.stage_lr("1"), config.stage_lr("2"), config.stage_lr("distill")) == (5e-5, 2e-5, 1e-5)
 
