@@ -7,6 +7,7 @@ accumulation, which would shrink the pool of in-batch negatives.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from retromae_ir.cli import check_at_least_one
 from retromae_ir.data.readers import check_min_relevance
@@ -68,6 +69,10 @@ class DataArguments:
         check_min_relevance(self.min_relevance)
         if self.train is not None and self.min_relevance != 1:  # a --train file names its positives itself
             raise ValueError("--min-relevance goes with --queries/--qrels, not --train")
+        if self.corpus is not None and self.train is not None and ".tsv" in Path(self.train).suffixes:
+            # read and keyed in the run identity, never looked up: a resume without it was refused
+            raise ValueError(f"--corpus looks up document ids, and --train {self.train} holds text triples (.tsv: "
+                             "query, positive and negative texts): leave --corpus out")
 
 
 @dataclass

@@ -139,3 +139,9 @@ def test_flags_whose_term_or_data_is_absent_are_refused():
     DataArguments(queries="q", qrels="r", corpus="c", min_relevance=2)
     with pytest.raises(ValueError, match="--min-relevance must be >= 1, got 0"):  # 0: judged non-relevant
         DataArguments(queries="q", qrels="r", corpus="c", min_relevance=0)
+    # text triples name no ids: the corpus was read (all of MS MARCO), keyed in the run identity, never looked up
+    with pytest.raises(ValueError, match=r"--corpus looks up document ids, and --train triples.tsv.gz holds text "
+                                         r"triples"):
+        DataArguments(train="triples.tsv.gz", corpus="collection.tsv")
+    DataArguments(train="mined.jsonl", corpus="collection.tsv")
+    DataArguments(train="triples.tsv")
