@@ -68,6 +68,8 @@ class PretrainModel(nn.Module, ABC):
     name: ClassVar[str]
     Arguments: ClassVar[type] = NoArguments
     objective_version: ClassVar[int] = 1
+    # method options that shape only freshly built decoders: refused where a continued checkpoint's decoders load
+    fresh_decoder_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, backbone: Backbone, masking: MaskingArguments, method_args: Any = None):
         super().__init__()
@@ -148,8 +150,18 @@ class PretrainModel(nn.Module, ABC):
         model = cls(load_backbone(name_or_path, max_length), masking, method_args)
         decoders = Path(str(name_or_path)) / DECODERS_FILE if name_or_path else None
         if decoders is not None and decoders.is_file():
+            model.check_fresh_decoder_options(decoders)
             model.load_decoders(decoders)
         return model
+
+    def check_fresh_decoder_options(self, decoders: Path) -> None:
+        """Refuse an option of :attr:`fresh_decoder_options` away from its default when ``decoders`` replace every
+        fresh decoder: it was accepted, overridden by the loaded weights, and keyed in the run identity."""
+        defaults = self.Arguments()
+        for name in self.fresh_decoder_options:
+            if getattr(self.method_args, name) != getattr(defaults, name):
+                raise CheckpointError(f"--{name.replace('_', '-')} shapes new decoders, and {decoders} continues "
+                                      "this checkpoint's: leave it out, or start from the encoder alone")
 
 
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -261,6 +261,7 @@ class MASTER(PretrainModel):
     name = "master"
     objective_version = 2  # 2: CMP splits the words 50/50, decoder texts corrupted 80/10/10 (2026-11-27)
     Arguments = MasterArguments
+    fresh_decoder_options = ("master_decoder_init",)
 
     def __init__(self, backbone, masking, method_args=None):
         super().__init__(backbone, masking, method_args)

@@ -219,6 +219,19 @@ def test_a_decoder_mask_ratio_no_task_reads_is_refused(tiny_bert_dir):
     build(tiny_bert_dir, master_tasks="cmp", masking=MaskingArguments())
 
 
+def test_decoder_init_is_refused_where_a_continued_checkpoints_decoders_load(tiny_bert_dir, tmp_path):
+    """The loaded decoders replaced the fresh ones: --master-decoder-init copy was overridden, yet keyed."""
+    from retromae_ir.pretrain.base import CheckpointError
+
+    build(tiny_bert_dir, master_tasks="cmp").save(tmp_path / "ours", {})
+    continued = build(tmp_path / "ours", master_tasks="cmp")
+    assert set(continued.decoders) == {"cmp"}
+    with pytest.raises(CheckpointError, match=r"--master-decoder-init shapes new decoders, and .*decoders.safetensors "
+                                              r"continues this checkpoint's"):
+        build(tmp_path / "ours", master_tasks="cmp", master_decoder_init="copy")
+    build(tiny_bert_dir, master_tasks="cmp", master_decoder_init="copy")  # new decoders: read
+
+
 def test_copy_init_duplicates_the_last_encoder_layers(tiny_bert_dir):
     model = build(tiny_bert_dir, master_tasks="cmp", master_decoder_init="copy")
     source = model.encoder.bert.encoder.layer
