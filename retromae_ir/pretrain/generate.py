@@ -391,11 +391,17 @@ def setup_logging(log_file: Path) -> None:
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if not args.corpus.is_file():
         raise FileNotFoundError(errno.ENOENT, "corpus not found", str(args.corpus))
     if args.doc2query_model.lower() == "none" and args.gpt2_model.lower() == "none":
         raise ValueError("no generator selected: give a doc2query model, a GPT-2 model or both")
+    for model, flags in GENERATOR_FLAGS.items():  # a switched-off generator's options were logged as if used
+        changed = [flag for flag in flags if getattr(args, flag) != parser.get_default(flag)]
+        if changed and getattr(args, model).lower() == "none":
+            raise ValueError(f"{', '.join('--' + f.replace('_', '-') for f in changed)}: options of "
+                             f"--{model.replace('_', '-')}, which is none")
     if args.segment_tokenizer is not None and args.segment_max_length is None:
         raise ValueError("--segment-tokenizer cuts segments at --segment-max-length: give both, or neither for a "
                          "record per document")
@@ -407,6 +413,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _generate(iter_documents(args.corpus), args.output, generators, args.batch_size, args.seed,
                   count_lines(args.corpus), segmenter)
     return 0
+
+
+GENERATOR_FLAGS = {"doc2query_model": ("num_queries", "query_top_k", "max_source_length", "max_query_length"),
+                   "gpt2_model": ("gpt2_top_k", "max_prompt_length", "max_new_tokens")}
 
 
 def load_generators(args: argparse.Namespace) -> list[SideTextGenerator]:

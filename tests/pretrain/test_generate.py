@@ -149,6 +149,14 @@ def test_cli_loads_models_by_path(tmp_path, query_generator, continuation_genera
     with pytest.raises(SystemExit) as exit_:
         gen.main(argv[:4] + ["--gpt2-model", "none", "--doc2query-model", "none"])
     assert exit_.value.code == 2 and "error: no generator selected" in capsys.readouterr().err
+    # a switched-off generator's options: parsed, logged as arguments, read by nothing
+    for off, given, says in (("--gpt2-model", ["--max-new-tokens", "3"], "--max-new-tokens: options of --gpt2-model"),
+                             ("--doc2query-model", ["--num-queries", "2", "--query-top-k", "5"],
+                              "--num-queries, --query-top-k: options of --doc2query-model, which is none")):
+        with pytest.raises(SystemExit) as exit_:
+            gen.main([*argv[:2], "--output", str(tmp_path / "off.jsonl"), off, "none", *given])
+        assert exit_.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "off.jsonl").exists()
     # a second writer of another output stops before loading a model or writing into the holder's log
     from lock_holder import held_lock
 
