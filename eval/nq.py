@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--shard-id must be in [0, {args.shard_count}) (with --shard-count {args.shard_count})")
     if any(k < 1 for k in args.top_k):
         parser.error("--top-k values must be positive")
-    args.hits = args.hits or max(args.top_k)
+    args.hits = max(args.top_k) if args.hits is None else args.hits  # 0 is refused below, not read as unset
     if not max(args.top_k) <= args.hits <= 1000:
         parser.error(f"--hits must be in [{max(args.top_k)}, 1000] (the largest --top-k, TREC's depth)")
     return args

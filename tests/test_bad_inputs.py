@@ -144,9 +144,9 @@ def files(case: Path, broken: dict[str, tuple[str, str | bytes | None]]) -> dict
     return paths
 
 
-def encode_corpus(world, f, card, out):
+def encode_corpus(world, f, card, out, extra=()):
     return encode_main, ["corpus", "--encoder", str(card), "--corpus", str(f["corpus"]), "--output", str(out),
-                         "--device", "cpu", "--dtype", "fp32"]
+                         "--device", "cpu", "--dtype", "fp32", *extra]
 
 
 def encode_queries(world, f, card, out):
@@ -450,6 +450,9 @@ SIZE_CASES = {  # a length the tokenizer ignores, or 0 read as unset (the card's
     # range(0, n, -1) is empty: an empty run file, "wrote ...: 0 queries", exit 0
     "search --batch-size -1": ("search", ["--batch-size", "-1"], r"--batch-size must be >= 1, got -1"),
     "search --threads 0": ("search", ["--threads", "0"], r"--threads must be >= 1, got 0"),
+    # read as unset: torch's own thread count, $WORLD_SIZE or one shard
+    "encode corpus --threads 0": ("encode corpus", ["--threads", "0"], r"--threads must be >= 1, got 0"),
+    "encode corpus --shard-num 0": ("encode corpus", ["--shard-num", "0"], r"--shard-num must be >= 1, got 0"),
 }
 
 

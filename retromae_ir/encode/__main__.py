@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from retromae_ir.cli import add_compile_argument, add_debug_flag, command
+from retromae_ir.cli import add_compile_argument, add_debug_flag, check_at_least_one, command
 from retromae_ir.io import claim_output, make_dir
 from retromae_ir.logs import FORMAT as LOG_FORMAT
 
@@ -181,6 +181,9 @@ def main(argv=None) -> int:
                      "nor OpenVINO's)")
     if args.command == "corpus" and args.data_dir is not None and args.corpus is not None:
         parser.error("--data-dir goes with --dataset (where to look for it), not --corpus")
+    # 0 was read as unset: torch's threads, $WORLD_SIZE or 1 shard
+    check_at_least_one(args, *[name for name in ("threads", "shard_num", "batch_size", "chunk_size")
+                               if hasattr(args, name)])
     if args.command == "corpus":
         args.shard_id, args.shard_num = _shard(args)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)

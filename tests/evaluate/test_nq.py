@@ -335,3 +335,17 @@ def test_an_index_rebuilt_by_another_run_between_check_and_search_is_refused(dat
     with pytest.raises(RuntimeError, match="was replaced by another process while this one opened it"):
         nq.evaluate_modes(model, index, corpus, questions, ["dense"], tmp_path / "out", ks=[1], hits=1,
                           checked=checked)
+
+
+def test_the_driver_refuses_hits_0_instead_of_reading_it_as_unset(tmp_path, capsys):
+    """--hits 0 became the largest --top-k, past the range check right after it (exit 0 at another depth)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nq_driver", Path(__file__).resolve().parents[2] / "eval" / "nq.py")
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    base = ["--encoder", "minilm-mean", "--corpus", "c.tsv", "--qas", "q.csv", "--top-k", "5", "20"]
+    assert driver.parse_args(base).hits == 20
+    with pytest.raises(SystemExit):
+        driver.parse_args([*base, "--hits", "0"])
+    assert r"--hits must be in [20, 1000]" in capsys.readouterr().err
