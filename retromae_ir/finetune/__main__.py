@@ -55,7 +55,7 @@ def _train(card, model_args: ModelArguments, data: DataArguments, loss: LossArgu
     examples = load_examples(data, need_scores=loss.distill, in_batch=not loss.distill)
     model = BiEncoder(load_encoder(card, training.seed, model_args.attention_dropout), data, loss)
     if loss.distill and loss.calibrate_teacher:
-        loss = dataclasses.replace(model.loss_args,
+        loss = dataclasses.replace(model.loss_args, calibrate_teacher=False,  # done: the temperature it set
                                    teacher_temperature=calibrated_teacher_temperature(model, examples))
         model.loss_args = loss
 
