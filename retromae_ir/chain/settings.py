@@ -63,6 +63,7 @@ def stage_settings(config: ChainConfig, name: str, inputs: dict, started: bool =
               "stage1_lr": config.stage_lr("1"), **inputs}
     skipped = {"0-pretrain"} if not config.pretrain else set()
     skipped |= {"1-bm25-negatives"} if config.group_stage1 == 1 else set()
+    skipped |= {"4-cross-encoder"} if config.teacher else set()  # a given teacher replaces the chain's own
     settings = {"pretrain": config.pretrain}
     # with pre-training, the 0-pretrain entry also holds the start's evaluation (its OT weight and metrics), which
     # the start's settings (lengths, k, bf16) shaped
@@ -87,6 +88,14 @@ def since_added(results: dict, name: str, field: str):
     return SINCE_ADDED[field]
 
 
+def not_run(config: ChainConfig) -> set[str]:
+    """The recorded stages ``config`` neither runs nor reports: distillation's without ``distill``, and the chain's
+    own cross-encoder under a given ``teacher`` (whose ce_* settings the configuration no longer holds)."""
+    if not config.distill:
+        return {"4-cross-encoder", "5-soft-labels", "3-distill"}
+    return {"4-cross-encoder"} if config.teacher else set()
+
+
 def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str, verb: str = "made") -> None:
     """Refuse to continue a chain whose finished stages were made with other settings (or recorded none); with
     ``verb`` "started", the same for stages begun (a training stage resumes from its checkpoints). The earliest
@@ -95,6 +104,8 @@ def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str,
         if pipeline_stage(name) not in STAGES:
             raise ChainSettingsError(f"{where}: {name!r} is not a stage of the chain ({', '.join(STAGES)})")
     for name in sorted(results, key=lambda name: STAGES.index(pipeline_stage(name))):
+        if pipeline_stage(name) in not_run(config):  # kept, not reported, checked again once the stage runs
+            continue
         entry = results[name]
         expected = stage_settings(config, name, inputs, started=verb == "started")
         recorded = entry.get("settings")

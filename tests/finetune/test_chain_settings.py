@@ -501,3 +501,33 @@ def test_list_prints_each_chain_with_the_settings_it_changes(capsys):
                                       "max_rank=100", "corpus_docs=1000"]
     short = out.index(next(line for line in out if line.startswith("scifact-short (scifact): ")))
     assert out[short + 1] == "    settings: the defaults"
+
+
+def test_list_refuses_the_options_of_a_run(capsys):
+    """--list printed the file's chains and ignored --set, --output and the rest: the listing read as if they
+    applied (exit 0)."""
+    from retromae_ir.chain.__main__ import main
+
+    for extra in (["--set", "epochs=3"], ["--output", "o", "--no-lucene"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--list", *extra])
+        assert exit_.value.code == 2
+        assert (f"--list prints the chains as the file defines them; {', '.join(a for a in extra if a[:2] == '--')} "
+                "apply to a run") in capsys.readouterr().err
+
+
+def test_recorded_stages_a_configuration_does_not_run_are_not_held_to_it():
+    """A chain distilled with its own teacher's ce_* settings, then run with distillation off (where ce_* are refused,
+    so the configuration holds their defaults): the kept records of the teacher and distillation are not checked
+    until those stages run again."""
+    made = ChainConfig(distill=True, ce_steps=2, ce_batch=2)
+    results = {name: {"settings": stage_settings(made, name, INPUTS)}
+               for name in ("0-start", "1-stage1", "2-mined-negatives", "2-stage2", "4-cross-encoder",
+                            "5-soft-labels", "3-distill")}
+    check_settings(results, made, INPUTS, "out/results.json")
+    check_settings(results, ChainConfig(), INPUTS, "out/results.json")  # distillation off: not run
+    with pytest.raises(ChainSettingsError, match=r"stage 4-cross-encoder .*ce_steps 2 -> 200"):
+        check_settings(results, ChainConfig(distill=True), INPUTS, "out/results.json")  # runs again: held
+    given = ChainConfig(distill=True, teacher="my/reranker")  # the own teacher is not used
+    with pytest.raises(ChainSettingsError, match=r"stage 5-soft-labels .*\(teacher '' -> 'my/reranker'\)"):
+        check_settings(results, given, INPUTS, "out/results.json")
