@@ -21,6 +21,9 @@ from retromae_ir.cli import Repeatable, add_debug_flag, command
 log = logging.getLogger("retromae_ir.chain")
 
 
+RUN_OPTIONS = ("chain", "folder", "data_dir", "model", "output", "pretrained", "bf16", "no_lucene", "set")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retromae_ir.chain", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -57,6 +60,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.folder is not None and args.data_dir is not None:
         parser.error("--data-dir and --folder do not combine: --folder replaces the chain's dataset")
+    if args.list:  # it prints the file's chains: a run's options were ignored, the listing read as if they applied
+        given = [f"--{name.replace('_', '-')}" for name in RUN_OPTIONS
+                 if getattr(args, name) != parser.get_default(name)]
+        if given:
+            parser.error(f"--list prints the chains as the file defines them; {', '.join(given)} apply to a run")
     from retromae_ir.chain.config import CHAINS_FILE, ChainConfig, load_chains
     from retromae_ir.data.beir import DatasetUnavailable
     from retromae_ir.io import command_errors
