@@ -29,6 +29,12 @@ class DupMAEArguments:
     bow_exclude_masked: bool = field(default=False, metadata={
         "help": "max-pool only over tokens the encoder saw unmasked (paper Eq. 6) instead of all ordinary tokens"})
 
+    def __post_init__(self):
+        if self.bow_weight < 0:
+            raise ValueError(f"--bow-weight must be >= 0, got {self.bow_weight}")
+        if self.bow_exclude_masked and self.bow_weight == 0:  # read by the L_BoW term only
+            raise ValueError("--bow-exclude-masked shapes the L_BoW term, and --bow-weight is 0")
+
 
 def bow_target(input_ids: torch.Tensor, ordinary: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """[B, V] uniform distribution over the set of ordinary input token ids of each row."""

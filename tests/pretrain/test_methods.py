@@ -104,6 +104,15 @@ def test_decoders_of_another_shape_are_refused(tiny_bert_dir, tmp_path):
         model.load_decoders(tmp_path / DECODERS_FILE)
 
 
+def test_bow_options_without_the_bow_term_are_refused():
+    """--bow-exclude-masked with --bow-weight 0 was keyed in the run identity and read by nothing."""
+    with pytest.raises(ValueError, match="--bow-exclude-masked shapes the L_BoW term, and --bow-weight is 0"):
+        DupMAEArguments(bow_weight=0.0, bow_exclude_masked=True)
+    with pytest.raises(ValueError, match="--bow-weight must be >= 0, got -1.0"):
+        DupMAEArguments(bow_weight=-1.0)
+    assert DupMAEArguments(bow_weight=0.0).bow_weight == 0.0
+
+
 def test_the_contrastive_temperature_without_the_contrastive_loss_is_refused():
     """--temperature with --contrastive-weight 0 (the default) was accepted and read by nothing."""
     with pytest.raises(ValueError, match="--temperature is the contrastive loss's, and --contrastive-weight is 0"):
