@@ -157,6 +157,9 @@ def _parse_line(path: Path, number: int, line: str) -> tuple[str, str, int, floa
         raise DataFormatError(f"{path}:{number}: expected 6 columns 'qid Q0 docid rank score tag', "
                               f"got {len(fields)}: {line[:80]!r}")
     qid, _, docid, rank_text, score_text, tag = fields
+    for name, text in (("rank", rank_text), ("score", score_text)):
+        if not text.isascii() or "_" in text:  # Python reads 1_5 as 15 and full-width digits; trec_eval's atof not
+            raise DataFormatError(f"{path}:{number}: {name} {text!r} is not a number as trec_eval reads one")
     try:
         rank = int(rank_text)
     except ValueError:

@@ -18,7 +18,8 @@ posting lists term at a time gives every document's exact sparse score at once, 
 included, so a document-major copy (doc -> terms) would only duplicate the bytes. Why float16 and not Lucene's
 integer impacts: with Eq. 12's weight folded into the vectors (representation.py), trained OT weights are small
 (0.078-0.120 on the scifact chain's stage-2 index), and ``round(w * 100)`` keeps them to 8-12, an error of up to
-6%; float16 keeps every weight to a relative 2^-11 (0.05%) whatever the card's ``scale``.
+6%; float16 keeps every weight of its normal range (6.1e-5 and up) to a relative 2^-11 (0.05%) whatever the card's
+``scale`` (smaller ones lose relative precision as subnormals, and below about 3e-8 they are stored as 0).
 
 "Exact" means exact at this stored precision: the exact searcher, the brute-force scorer and the OT-weight sweep all
 read these float16 weights and accumulate ``q * w`` in float32, term by term in the query's order, so the sparse

@@ -82,6 +82,9 @@ def test_topics_need_not_be_contiguous(tmp_path):
     ("q Q0 a 1 3.0 t\nq Q0 b two 2.0 t\n", 2, "rank 'two' is not an integer"),
     ("q Q0 a 1 3.0 t\nq Q0 b 2 high t\n", 2, "score 'high' is not a number"),
     ("q Q0 a 1 3.0 t\nq Q0 b 2 nan t\n", 2, "score 'nan' is not finite"),
+    # Python reads these as 15 and 2; trec_eval's atof/atol as 1 and 0: the two would rank the run otherwise
+    ("q Q0 a 1 30 t\nq Q0 b 2 1_5 t\n", 2, "score '1_5' is not a number as trec_eval reads one"),
+    ("q Q0 a 1 3.0 t\nq Q0 b \uff12 2.0 t\n", 2, "rank '\uff12' is not a number as trec_eval reads one"),
     ("q Q0 a 1 3.0 t\nq Q0 b 2 2.0 t\nq Q0 a 3 1.0 t\n", 3, "document 'a' appears twice for query 'q'"),
     ("q Q0 a 1 3.0 t\nq Q0 b 1 2.0 t\n", 2, "rank 1 does not increase (previous rank 1 for query 'q')"),
     ("q Q0 a 2 3.0 t\nq Q0 b 1 2.0 t\n", 2, "rank 1 does not increase"),
