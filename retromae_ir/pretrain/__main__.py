@@ -57,6 +57,7 @@ def run(model_args: ModelArguments, data: DataArguments, masking: MaskingArgumen
     """Validate cheaply (model type, max length, output dir and what it resumes), then load, tokenise and train."""
     model_name = model_args.model or default_model()
     check_config(model_name, data.max_length)
+    method_cls.check_start(model_name, method_args)
     # a local start's weight and tokenizer files: one trained again in place is another start
     identity = run_identity(model_args, data, masking, training, contrastive, method_args,
                             {"start_weights": start_key(model_name)}, corpus_reader(data.corpus),

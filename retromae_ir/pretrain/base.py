@@ -150,18 +150,24 @@ class PretrainModel(nn.Module, ABC):
         model = cls(load_backbone(name_or_path, max_length), masking, method_args)
         decoders = Path(str(name_or_path)) / DECODERS_FILE if name_or_path else None
         if decoders is not None and decoders.is_file():
-            model.check_fresh_decoder_options(decoders)
             model.load_decoders(decoders)
         return model
 
-    def check_fresh_decoder_options(self, decoders: Path) -> None:
-        """Refuse an option of :attr:`fresh_decoder_options` away from its default when ``decoders`` replace every
-        fresh decoder: it was accepted, overridden by the loaded weights, and keyed in the run identity."""
-        defaults = self.Arguments()
-        for name in self.fresh_decoder_options:
-            if getattr(self.method_args, name) != getattr(defaults, name):
-                raise CheckpointError(f"--{name.replace('_', '-')} shapes new decoders, and {decoders} continues "
-                                      "this checkpoint's: leave it out, or start from the encoder alone")
+    @classmethod
+    def check_start(cls, name_or_path: str | Path, method_args: Any = None) -> None:
+        """Refuse an option of :attr:`fresh_decoder_options` away from its default when the run's start is one of
+        our checkpoints, whose ``decoders.safetensors`` replace every fresh decoder: the option was accepted,
+        overridden by the loaded weights, and keyed in the run identity. (A resume reloads the run's own
+        checkpoints, made with the option: not checked.)"""
+        decoders = Path(str(name_or_path)) / DECODERS_FILE
+        if not decoders.is_file():
+            return
+        args, defaults = method_args if method_args is not None else cls.Arguments(), cls.Arguments()
+        for name in cls.fresh_decoder_options:
+            if getattr(args, name) != getattr(defaults, name):
+                raise CheckpointError(f"--{name.replace('_', '-')} shapes new decoders, and --model {name_or_path} "
+                                      f"continues its own ({DECODERS_FILE}): leave the option out, or start from an "
+                                      "encoder without decoders")
 
 
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

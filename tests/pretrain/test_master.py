@@ -219,17 +219,26 @@ def test_a_decoder_mask_ratio_no_task_reads_is_refused(tiny_bert_dir):
     build(tiny_bert_dir, master_tasks="cmp", masking=MaskingArguments())
 
 
-def test_decoder_init_is_refused_where_a_continued_checkpoints_decoders_load(tiny_bert_dir, tmp_path):
-    """The loaded decoders replaced the fresh ones: --master-decoder-init copy was overridden, yet keyed."""
-    from retromae_ir.pretrain.base import CheckpointError
+def test_decoder_init_is_refused_where_a_continued_checkpoints_decoders_load(tiny_bert_dir, tmp_path, capsys):
+    """The start's decoders replaced the fresh ones: --master-decoder-init copy was overridden, yet keyed. A run
+    made with it still resumes (its own checkpoints hold the decoders it built)."""
+    from retromae_ir.pretrain.__main__ import main
 
-    build(tiny_bert_dir, master_tasks="cmp").save(tmp_path / "ours", {})
-    continued = build(tmp_path / "ours", master_tasks="cmp")
-    assert set(continued.decoders) == {"cmp"}
-    with pytest.raises(CheckpointError, match=r"--master-decoder-init shapes new decoders, and .*decoders.safetensors "
-                                              r"continues this checkpoint's"):
-        build(tmp_path / "ours", master_tasks="cmp", master_decoder_init="copy")
-    build(tiny_bert_dir, master_tasks="cmp", master_decoder_init="copy")  # new decoders: read
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in TEXTS.items()))
+
+    def pretrain(model, out, *extra):
+        return main(["--method", "master", "--model", str(model), "--corpus", str(corpus), "--output", str(out),
+                     "--max-length", "16", "--batch-size", "4", "--logging-steps", "10", "--master-tasks", "cmp",
+                     "--master-decoder-init", "copy", *extra])
+
+    pretrain(tiny_bert_dir, tmp_path / "ours", "--max-steps", "1")
+    pretrain(tiny_bert_dir, tmp_path / "ours", "--max-steps", "2", "--resume")
+    assert json.loads((tmp_path / "ours" / "trainer_state" / "run.json").read_text())["step"] == 2
+    with pytest.raises(SystemExit) as refused:
+        pretrain(tmp_path / "ours", tmp_path / "continued", "--max-steps", "1")
+    assert refused.value.code == 2 and not (tmp_path / "continued").exists()
+    assert "--master-decoder-init shapes new decoders, and --model" in capsys.readouterr().err
 
 
 def test_copy_init_duplicates_the_last_encoder_layers(tiny_bert_dir):
