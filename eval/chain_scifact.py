@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--chain: this driver runs scifact-<--config>; run python -m retromae_ir.chain for another chain")
     from retromae_ir.chain.__main__ import main as chain_main
 
+    if "--list" in given:  # the chains as the file defines them: no run, so none of a run's options
+        return chain_main(rest)
     source = [] if {"--folder", "--data-dir"} & given or not SHARED_BEIR.is_dir() else [
         "--data-dir", str(SHARED_BEIR)]
     chain_main(["--chain", f"scifact-{args.config}", *source, *rest])

@@ -71,6 +71,24 @@ def test_chain_settings_no_stage_reads_are_refused(assignments, says):
         ChainConfig().replace(assignments)
 
 
+def test_a_chain_entrys_settings_an_override_switches_off_stay_allowed(tmp_path):
+    """Only the settings an entry or --set names are checked: scifact-full sets ce_* and pretrain_*, and
+    --set distill=false or pretrain=false ablation=false (documented) switch their stages off."""
+    from retromae_ir.chain.config import load_chains
+
+    full = load_chains()["scifact-full"].config
+    assert not full.replace(["distill=false"]).distill
+    assert not full.replace(["pretrain=false", "ablation=false"]).pretrain
+    full.replace(["teacher=my/reranker"])
+    full.replace([], pretrained=True)  # its pre-training settings came from the entry
+    with pytest.raises(ValueError, match="ce_steps is read by no stage"):
+        full.replace(["distill=false", "ce_steps=5"])
+    chains = tmp_path / "chains.yaml"
+    chains.write_text("chains:\n  mine:\n    dataset: nfcorpus\n    settings: {ce_steps: 5}\n")
+    with pytest.raises(ValueError, match=r"chains.yaml: chain 'mine': chain settings: ce_steps is read by no stage"):
+        load_chains(chains)
+
+
 def test_chain_settings_read_where_their_stage_runs():
     from retromae_ir.chain.config import ChainConfig
 
@@ -91,8 +109,9 @@ def test_chain_pretrained_leaves_the_pretraining_settings_and_the_model_unread(t
     (pretrained / "config.json").write_text("{}")
     config = ChainConfig(pretrain=True)
     check_chain_inputs(tmp_path, config, pretrained)
-    with pytest.raises(ValueError, match="the chain pre-trains nothing, so pretrain_steps would be read by no stage"):
-        check_chain_inputs(tmp_path, ChainConfig(pretrain=True, pretrain_steps=10), pretrained)
+    with pytest.raises(ValueError, match="pretrain_steps is read by no stage of this chain: the chain starts from "
+                                         "--pretrained"):
+        config.replace(["pretrain_steps=10"], pretrained=True)
     with pytest.raises(ValueError, match="--model my/model is read by no stage with --pretrained"):
         check_chain_inputs(tmp_path, config, pretrained, "my/model")
     check_chain_inputs(tmp_path, ChainConfig(pretrain=True, ablation=True), pretrained, "my/model")  # ablation's

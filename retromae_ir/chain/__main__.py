@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> None:
         given = [f"--{name.replace('_', '-')}" for name in RUN_OPTIONS
                  if getattr(args, name) != parser.get_default(name)]
         if given:
-            parser.error(f"--list prints the chains as the file defines them; {', '.join(given)} apply to a run")
+            parser.error(f"--list prints the chains as the file defines them; {', '.join(given)} "
+                         f"{'applies' if len(given) == 1 else 'apply'} to a run")
     from retromae_ir.chain.config import CHAINS_FILE, ChainConfig, load_chains
     from retromae_ir.data.beir import DatasetUnavailable
     from retromae_ir.io import command_errors
@@ -97,7 +98,7 @@ def run(spec, args) -> None:
     from retromae_ir.io import output_lock
     from retromae_ir.logs import setup_logging
 
-    config = spec.config.replace(args.set)
+    config = spec.config.replace(args.set, pretrained=args.pretrained is not None)
     folder = args.folder or resolve_beir(spec.dataset, args.data_dir)
     check_chain_inputs(Path(folder), config, args.pretrained, args.model)
     output = args.output or Path("outputs") / f"chain-{spec.name}"

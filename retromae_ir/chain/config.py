@@ -94,28 +94,30 @@ class ChainConfig:
         if self.distill and self.group < 2:  # the cross-encoder and distillation learn from a query's group only
             raise ValueError(f"chain settings: distill needs group >= 2 (a positive and mined negatives), got "
                              f"{self.group}")
-        self._check_read()
-
-    def _check_read(self) -> None:
-        """Refuse a setting away from its default that no stage of this chain reads (it was accepted, ignored, and
-        recorded in the stages' settings as if used: a later run with another value was refused over it), and
-        negative values read as 0."""
-        for name in ("sparse_weight", "epochs", "epochs_stage1", "lr_stage1", "steps"):
+        for name in ("sparse_weight", "epochs", "epochs_stage1", "lr_stage1", "steps"):  # a negative read as 0
             if getattr(self, name) < 0:
                 raise ValueError(f"chain settings: {name} must be >= 0 (0: {FALLBACKS[name]}), got "
                                  f"{getattr(self, name)}")
         if min(self.stage_epochs("1"), self.epochs) == 0 and self.steps == 0:
             raise ValueError("chain settings: a fine-tuning stage with epochs 0 trains 'steps' steps, and steps is 0")
+
+    def check_read(self, given, pretrained: bool = False) -> None:
+        """Refuse a setting of ``given`` (the names a chain entry or ``--set`` sets) that no stage of this chain
+        reads (``pretrained``: it starts from a given pre-training): it was accepted, ignored, and recorded in the
+        stages' settings as if used. Settings the entry set and an override switched off stay allowed (``--set
+        distill=false`` on a chain that sets ``ce_steps``)."""
         unread = {"steps": min(self.stage_epochs("1"), self.epochs) > 0,
-                  "pretrain_steps pretrain_batch pretrain_length": not self.pretrain,
+                  "pretrain_steps pretrain_batch pretrain_length": not self.pretrain or pretrained,
                   "ce_steps ce_lr ce_batch ce_length": not self.distill or bool(self.teacher),
                   "distill_lr calibrate_teacher": not self.distill,
                   "sparse_temperature": self.sparse_loss_weight == 0}
         for names, is_unread in unread.items():
-            changed = [name for name in names.split() if getattr(self, name) != DEFAULTS[name]]
-            if changed and is_unread:
-                raise ValueError(f"chain settings: {', '.join(changed)} {'is' if len(changed) == 1 else 'are'} read "
-                                 f"by no stage of this chain: {UNREAD_BECAUSE[names]}")
+            named = [name for name in names.split() if name in given]
+            if named and is_unread:
+                why = "the chain starts from --pretrained" if pretrained and names.startswith("pretrain") \
+                    else UNREAD_BECAUSE[names]
+                raise ValueError(f"chain settings: {', '.join(named)} {'is' if len(named) == 1 else 'are'} read "
+                                 f"by no stage of this chain: {why}")
 
     def stage_epochs(self, stage: str) -> float:
         """Passes over the training queries of fine-tuning ``stage`` ("1", "2", "distill"); 0: ``steps`` steps."""
@@ -127,8 +129,9 @@ class ChainConfig:
             return self.distill_lr
         return self.lr_stage1 if stage == "1" and self.lr_stage1 > 0 else self.lr
 
-    def replace(self, assignments: list[str]) -> "ChainConfig":
-        """``FIELD=VALUE`` overrides (``--set``), each converted to the field's type."""
+    def replace(self, assignments: list[str], pretrained: bool = False) -> "ChainConfig":
+        """``FIELD=VALUE`` overrides (``--set``), each converted to the field's type; one that no stage of the
+        result reads is refused (``check_read``)."""
         values = {}
         for assignment in assignments:
             key, _, value = assignment.partition("=")
@@ -136,7 +139,9 @@ class ChainConfig:
                 raise ValueError(f"--set {assignment}: no chain setting {key!r} (settings: {', '.join(FIELDS)})")
             kind = type(getattr(self, key))
             values[key] = _boolean(assignment, value) if kind is bool else kind(value)
-        return dataclasses.replace(self, **values)
+        replaced = dataclasses.replace(self, **values)
+        replaced.check_read(values, pretrained)
+        return replaced
 
 
 FIELDS = [field.name for field in dataclasses.fields(ChainConfig)]
@@ -198,4 +203,9 @@ def _spec(path: Path, name: str, entry) -> ChainSpec:
     unknown |= {f"settings.{key}" for key in set(settings) - set(FIELDS)}
     if unknown:
         raise ValueError(f"{path}: chain {name!r}: unknown key(s) {', '.join(sorted(unknown))}")
-    return ChainSpec(name, entry["dataset"], entry.get("description", ""), ChainConfig(**settings))
+    try:
+        config = ChainConfig(**settings)
+        config.check_read(settings)
+    except ValueError as error:
+        raise ValueError(f"{path}: chain {name!r}: {error}") from None
+    return ChainSpec(name, entry["dataset"], entry.get("description", ""), config)

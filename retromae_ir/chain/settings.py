@@ -40,6 +40,7 @@ PIPELINE: list[tuple[str, tuple[str, ...]]] = [
     ("3-distill", ("distill_lr", "calibrate_teacher")),
 ]
 STAGES = [stage for stage, _ in PIPELINE]
+PRETRAINING = ("pretrain_steps", "pretrain_batch", "pretrain_length")  # the chain's own pre-training's settings
 # settings added to a stage's record after outputs were recorded without them: what a stage made before then was
 # made with, unless a later stage of the same run recorded it (0-pretrain recorded no warm-up before 2026-11-25; the
 # chain gives pre-training the warm-up 1-stage1 records)
@@ -64,13 +65,14 @@ def stage_settings(config: ChainConfig, name: str, inputs: dict, started: bool =
     skipped = {"0-pretrain"} if not config.pretrain else set()
     skipped |= {"1-bm25-negatives"} if config.group_stage1 == 1 else set()
     skipped |= {"4-cross-encoder"} if config.teacher else set()  # a given teacher replaces the chain's own
+    unread = set(PRETRAINING) if inputs.get("pretrained") else set()  # a given pre-training is not made here
     settings = {"pretrain": config.pretrain}
     # with pre-training, the 0-pretrain entry also holds the start's evaluation (its OT weight and metrics), which
     # the start's settings (lengths, k, bf16) shaped
     last = "0-start" if pipeline_stage(name) == "0-pretrain" and not started else pipeline_stage(name)
     for stage, fields in PIPELINE:
         if stage not in skipped:
-            settings.update({field: values[field] for field in fields})
+            settings.update({field: values[field] for field in fields if field not in unread})
         if stage == last:
             return settings
     raise KeyError(f"{name}: not a stage of the chain ({', '.join(STAGES)})")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from retromae_ir.chain.config import DEFAULTS, ChainConfig
+from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import STAGES, check_settings, pipeline_stage, stage_settings
 from retromae_ir.bm25 import index_code
 from retromae_ir.data.beir import dataset_digest
@@ -586,9 +586,9 @@ CHAIN_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.t
 def check_chain_inputs(folder: Path, config: ChainConfig, pretrained: Path | None = None,
                        model: str | None = None) -> None:
     """Refuse, before any output exists, a dataset folder that lacks a file the chain reads, a ``pretrained``
-    folder that is no finished pre-training or that this chain would not start from, and what ``pretrained``
-    leaves unread (the pre-training settings; ``model`` unless the ablation or the chain's own teacher starts from
-    it), which the stages' records would hold as if used."""
+    folder that is no finished pre-training or that this chain would not start from, and a ``model`` that
+    ``pretrained`` leaves unread (only the ablation and the chain's own teacher would start from it), which the
+    stages' records would hold as if used."""
     missing = [name for name in CHAIN_FILES if not (Path(folder) / name).is_file()]
     if missing:
         raise ValueError(f"{folder}: not a BEIR-layout folder with a train split; missing {', '.join(missing)}")
@@ -597,14 +597,8 @@ def check_chain_inputs(folder: Path, config: ChainConfig, pretrained: Path | Non
     if pretrained is not None and not config.pretrain:
         raise ValueError(f"--pretrained {pretrained}: this chain does not pre-train (pretrain: false), so it would "
                          "start from the model instead; add --set pretrain=true to start from the pre-training")
-    if pretrained is None:
-        return
-    changed = [name for name in ("pretrain_steps", "pretrain_batch", "pretrain_length")
-               if getattr(config, name) != DEFAULTS[name]]
-    if changed:
-        raise ValueError(f"--pretrained {pretrained}: the chain pre-trains nothing, so {', '.join(changed)} would be "
-                         "read by no stage; leave them at their defaults")
-    if model is not None and not config.ablation and not (config.distill and not config.teacher):
+    model_read = config.ablation or (config.distill and not config.teacher)  # what starts from the model
+    if pretrained is not None and model is not None and not model_read:
         raise ValueError(f"--model {model} is read by no stage with --pretrained: stage 1 starts from the "
                          "pre-training (the model starts only the ablation and the chain's own cross-encoder)")
 

@@ -508,12 +508,25 @@ def test_list_refuses_the_options_of_a_run(capsys):
     applied (exit 0)."""
     from retromae_ir.chain.__main__ import main
 
-    for extra in (["--set", "epochs=3"], ["--output", "o", "--no-lucene"]):
+    for extra, says in ((["--set", "epochs=3"], "--set applies"), (["--output", "o", "--no-lucene"],
+                                                                    "--output, --no-lucene apply")):
         with pytest.raises(SystemExit) as exit_:
             main(["--list", *extra])
         assert exit_.value.code == 2
-        assert (f"--list prints the chains as the file defines them; {', '.join(a for a in extra if a[:2] == '--')} "
-                "apply to a run") in capsys.readouterr().err
+        assert f"--list prints the chains as the file defines them; {says} to a run" in capsys.readouterr().err
+
+
+def test_the_scifact_driver_lists_the_chains(capsys):
+    """eval/chain_scifact.py --list (and make chain CHAIN_ARGS=--list) passed its own --chain and --data-dir on."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "eval" / "chain_scifact.py"
+    spec = importlib.util.spec_from_file_location("chain_scifact", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(["--list"])
+    assert "scifact-quick (scifact): " in capsys.readouterr().out
 
 
 def test_recorded_stages_a_configuration_does_not_run_are_not_held_to_it():
@@ -531,3 +544,10 @@ def test_recorded_stages_a_configuration_does_not_run_are_not_held_to_it():
     given = ChainConfig(distill=True, teacher="my/reranker")  # the own teacher is not used
     with pytest.raises(ChainSettingsError, match=r"stage 5-soft-labels .*\(teacher '' -> 'my/reranker'\)"):
         check_settings(results, given, INPUTS, "out/results.json")
+
+
+def test_a_given_pretraining_records_none_of_the_chains_own_pretraining_settings():
+    config = ChainConfig(pretrain=True)
+    assert "pretrain_steps" in stage_settings(config, "1-stage1", INPUTS)
+    given = stage_settings(config, "1-stage1", {**INPUTS, "pretrained": "/runs/pretrained"})
+    assert not {"pretrain_steps", "pretrain_batch", "pretrain_length"} & set(given) and given["pretrained"]
