@@ -106,8 +106,8 @@ class Schedule:
 
     def window(self, step: int) -> range:
         """The global micro-batches optimizer step ``step`` (from 0) accumulates: ``grad_accum`` of them, the last
-        step of an ``--epochs`` run fewer when the epochs end before its window does. A run resumed for more
-        steps goes on from ``step x grad_accum`` (a shorter last window of the earlier run is not filled in)."""
+        step of an ``--epochs`` run fewer when the epochs end before its window does (a run ended so is not
+        continued for more steps: ``Trainer._check_continuable``)."""
         start = step * self.grad_accum
         return range(start, min(start + self.grad_accum, self.micro_batches))
 
@@ -129,8 +129,12 @@ class Schedule:
         start = (position * self.world_size + rank) * self.batch_size
         return order[start:start + self.batch_size].tolist()
 
+    def consumed(self, step: int) -> int:
+        """Global micro-batches trained after ``step`` optimizer steps."""
+        return min(step * self.grad_accum, self.micro_batches)
+
     def epoch(self, step: int) -> float:
-        return min(step * self.grad_accum, self.micro_batches) / self.micro_per_epoch
+        return self.consumed(step) / self.micro_per_epoch
 
 
 @functools.lru_cache(maxsize=1)
@@ -342,6 +346,7 @@ class Trainer:
         self.model.load_state_dict(self.load_model(checkpoint).state_dict())
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = state["step"]
+        self._check_continuable(state.get("micro_batches", self.step * self.args.grad_accum))
         if "plan" in state:
             self.plan = self._replanned(LinearPlan(**state["plan"]))
         if "history" in state:  # the loss curve up to the checkpoint's step, whatever loss.csv held at the kill
@@ -349,6 +354,17 @@ class Trainer:
         else:  # a checkpoint from before it kept its curve
             self.history = [row for row in read_loss_csv(self.output / "loss.csv") if int(row["step"]) <= self.step]
         log.info("resumed from %s at step %d", checkpoint, self.step)
+
+    def _check_continuable(self, consumed: int) -> None:
+        """Refuse to continue for more steps a checkpoint whose last step accumulated a short window (its
+        ``--epochs`` ended inside it): the next step's window starts at ``step x grad_accum`` and would leave the
+        micro-batches in between untrained, with loss.csv's epochs counting them."""
+        skipped = self.step * self.args.grad_accum - consumed
+        if skipped > 0 and self.schedule.max_steps > self.step:
+            raise TrainerError(f"the checkpoint's last optimizer step accumulated {self.args.grad_accum - skipped} "
+                               f"of {self.args.grad_accum} micro-batches (its --epochs ended inside the window): "
+                               f"continuing it would leave {skipped} untrained; pass --overwrite to start afresh "
+                               "for the new length")
 
     def _replanned(self, saved: LinearPlan) -> LinearPlan:
         """``saved`` for this run's total (see ``LinearPlan``), refusing a total the checkpoint is already past."""
@@ -482,7 +498,8 @@ class Trainer:
                 self.model.save(tmp, self._metadata())
                 (tmp / STATE_DIR).mkdir()
                 torch.save({"optimizer": self.optimizer.state_dict(), "plan": asdict(self.plan),
-                            "step": self.step, "seed": self.args.seed, "world_size": self.world_size,
+                            "step": self.step, "micro_batches": self.schedule.consumed(self.step),
+                            "seed": self.args.seed, "world_size": self.world_size,
                             "history": self.history},  # loss.csv is rewritten after the checkpoint is published
                            tmp / STATE_DIR / "state.pt")
                 run = {"identity": self.identity, "digest": identity_digest(self.identity), "step": self.step}

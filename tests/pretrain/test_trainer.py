@@ -220,6 +220,23 @@ def test_a_short_last_window_averages_over_its_own_micro_batches(tiny_bert_dir, 
     assert trainer.history[-1]["loss"] == pytest.approx(sum(last) / len(last), rel=1e-6)
 
 
+def test_a_run_whose_epochs_ended_inside_a_window_is_not_continued_for_more(tiny_bert_dir, corpus, tmp_path):
+    """Continued for more epochs, its next window would start at step x grad_accum and skip the micro-batches its
+    short last window left, while loss.csv counted them as trained."""
+    from retromae_ir.training.trainer import TrainerError
+
+    args = dict(max_steps=-1, epochs=1, grad_accum=5, batch_size=2, save_steps=0)
+    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **args)).train()  # windows of 5, 5 and 2
+    with pytest.raises(TrainerError, match="accumulated 2 of 5 micro-batches .* continuing it would leave 3 "
+                                           "untrained; pass --overwrite"):
+        fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **{**args, "epochs": 2},
+                                                      resume=True)).train()
+    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **args, resume=True)).train()  # nothing to do
+    whole = dict(args, grad_accum=4)  # 12 micro-batches: whole windows, continued
+    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "whole", **whole)).train()
+    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "whole", **{**whole, "epochs": 2}, resume=True)).train()
+
+
 def test_warm_up_steps_count_as_written():
     """0.29 x 100 steps is 29 warm-up steps: the float product (28.999999999999996) was cut to 28."""
     from retromae_ir.training.trainer import LinearPlan
