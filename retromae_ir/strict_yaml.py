@@ -14,21 +14,31 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` refusing a mapping's repeated key, with both lines. Keys a merge (``<<: *base``) brings
     in may still be overridden: that is what a merge is for."""
 
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen = {}
-            for key_node, _ in node.value:
-                if key_node.tag == MERGE_TAG:
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.setdefault(key, key_node)
-                except TypeError:  # an unhashable key: SafeLoader's own error names it
-                    continue
-                if first is not key_node:
-                    raise ConstructorError(problem=f"line {key_node.start_mark.line + 1}: the key {key!r} is given "
-                                                   f"twice (first on line {first.start_mark.line + 1})")
-        return super().construct_mapping(node, deep)
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._checked: set[int] = set()
+
+    def flatten_mapping(self, node):
+        """Check a mapping's own keys before a merge adds its source's (which its own may override). A merge
+        source is flattened in place when its first user is: an alias of it later is not checked again."""
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            self._check_own_keys(node)
+        super().flatten_mapping(node)
+
+    def _check_own_keys(self, node):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: SafeLoader's own error names it
+                continue
+            if first is not key_node:
+                raise ConstructorError(problem=f"line {key_node.start_mark.line + 1}: the key {key!r} is given "
+                                               f"twice (first on line {first.start_mark.line + 1})")
 
 
 def load(text: str):

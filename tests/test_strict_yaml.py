@@ -25,3 +25,8 @@ def test_a_repeated_key_is_an_error_naming_both_lines(text, message):
 def test_a_merge_may_override_the_keys_it_brings_in():
     text = "base: &b {x: 1, y: 2}\nuse:\n  <<: *b\n  y: 3\n"
     assert strict_yaml.load(text)["use"] == {"x": 1, "y": 3}
+    # an anchored merge source, flattened in place by its first user, then used again by alias
+    nested = "a: &a {x: 1}\nc: {<<: &b {<<: *a, x: 2}}\nd: *b\n"
+    assert strict_yaml.load(nested) == yaml.safe_load(nested)  # as PyYAML merges it
+    with pytest.raises(yaml.YAMLError, match="line 2: the key 'x' is given twice"):
+        strict_yaml.load("a: &a {x: 1}\nc: {<<: *a, x: 2, x: 3}\n")
