@@ -106,10 +106,10 @@ def run_corpus(args) -> None:
     shard_id, shard_num = args.shard_id, args.shard_num
     docids, texts = read_corpus(path)
     model = _model(args)
-    model.vocab  # a sparse card's Lucene terms are checked now (check_lucene_terms), not after the encoding
+    vocab = model.lucene_terms if model.card.sparse else model.vocab  # checked before the encoding, not after it
     folder = encode_shard(model, docids, texts, args.output, shard_id, shard_num, args.chunk_size, args.batch_size)
     if shard_num == 1:
-        merge(args.output, model.card, model.vocab, 1, args.threads or 1, extra={"corpus": str(path),
+        merge(args.output, model.card, vocab, 1, args.threads or 1, extra={"corpus": str(path),
                                                                               "bf16": model.bf16}, work=folder.parent)
     else:
         logging.info("shard %d of %d done; run `merge --shard-num %d` once all are", shard_id, shard_num, shard_num)

@@ -230,10 +230,14 @@ class EncoderModel(torch.nn.Module):
 
     @functools.cached_property
     def vocab(self) -> list[str]:
-        """Token strings by id: the terms of the sparse side (Lucene's pretokenized impacts), checked as such for a
-        card with a sparse side (``check_lucene_terms``)."""
-        vocab = vocab_of(self.tokenizer)
-        return check_lucene_terms(vocab, f"card {self.card.name}'s tokenizer") if self.card.sparse else vocab
+        """Token strings by id: the sparse side's terms (the exact searcher reads them by id)."""
+        return vocab_of(self.tokenizer)
+
+    @functools.cached_property
+    def lucene_terms(self) -> list[str]:
+        """:attr:`vocab` checked as the terms of Lucene's pretokenized impacts (``check_lucene_terms``): what the
+        impact index, the pre-encoded sparse queries and the Pyserini encoders write."""
+        return check_lucene_terms(self.vocab, f"card {self.card.name}'s tokenizer")
 
     @property
     def device(self) -> torch.device:

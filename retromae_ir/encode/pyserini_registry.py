@@ -51,7 +51,7 @@ def _device(device) -> str:
 
 def sparse_dicts(model, matrix) -> list[dict[str, int]]:
     """CSR rows of ``model``'s OT vectors -> Pyserini's ``{token: int}`` impacts (the card's scale)."""
-    return impact_dicts(matrix, model.vocab, model.card.scale)
+    return impact_dicts(matrix, model.lucene_terms, model.card.scale)
 
 
 def refuse_unapplied(prefix=None, fp16=False, tokenizer_name=None, add_sep=False, **_) -> None:

@@ -230,8 +230,7 @@ def test_a_vocabulary_lucene_cannot_hold_is_refused_before_the_index_is_touched(
     merge(tmp_path, dupmae_model.card, vocab, lucene=False)  # the exact searcher's store is read by term id
 
 
-def test_only_a_sparse_cards_vocabulary_is_checked_as_lucene_terms(dense_model, dupmae_model, minilm_path,
-                                                                     monkeypatch):
+def test_the_vocabulary_is_checked_where_it_becomes_lucene_terms(dupmae_model, minilm_path, monkeypatch):
     from transformers import AutoTokenizer
 
     from retromae_ir.encode.base import vocab_of
@@ -239,10 +238,10 @@ def test_only_a_sparse_cards_vocabulary_is_checked_as_lucene_terms(dense_model, 
 
     minilm = AutoTokenizer.from_pretrained(minilm_path)
     assert len(check_lucene_terms(vocab_of(minilm), "MiniLM")) == len(minilm) == 30522
-    assert len(dupmae_model.vocab) == len(dupmae_model.tokenizer)
+    assert len(dupmae_model.lucene_terms) == len(dupmae_model.tokenizer)  # the tiny WordPiece vocabulary passes
     monkeypatch.setattr("retromae_ir.encode.base.vocab_of", lambda tokenizer: ["[PAD]", "a", "a"])
-    for model in (dense_model, dupmae_model):  # functools.cached_property: read again, and forgotten afterwards
-        monkeypatch.delitem(model.__dict__, "vocab", raising=False)
-    assert dense_model.vocab == ["[PAD]", "a", "a"]  # a dense card makes no Lucene terms
+    for name in ("vocab", "lucene_terms"):  # functools.cached_property: read again, and forgotten afterwards
+        monkeypatch.delitem(dupmae_model.__dict__, name, raising=False)
+    assert dupmae_model.vocab == ["[PAD]", "a", "a"]  # read by id (the exact searcher): not checked
     with pytest.raises(ValueError, match="card tiny-dupmae's tokenizer: tokens 1 and 2 are both 'a'"):
-        dupmae_model.vocab
+        dupmae_model.lucene_terms
