@@ -277,6 +277,11 @@ def resolve_sts(name: str, data_dir: str | os.PathLike | None = None, download: 
         if sts_set.is_complete(root):
             logger.info("%s: using %s (%s)", name, root / sts_set.path, origin)
             return root / sts_set.path
+        if data_dir is None and (root / sts_set.path).exists():  # placed, broken: not silently another copy
+            missing = [rel for rel in sts_set.required_files() if not (root / rel).is_file()]
+            raise StsDataUnavailable(f"STS set {name} in {root} ({origin}) is incomplete: {root / missing[0]} is "
+                                     f"missing{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; "
+                                     "complete or remove that copy (another one would be scored instead)")
     if data_dir is not None:
         root = roots[0][1]
         missing = next(rel for rel in sts_set.required_files() if not (root / rel).is_file())

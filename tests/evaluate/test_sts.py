@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -231,6 +232,18 @@ def test_explicit_data_dir_without_a_set_does_not_fall_back(tmp_path, clean_env,
     monkeypatch.delenv(sts.ENV_VAR)
     with pytest.raises(StsDataUnavailable, match="not found and downloading is disabled"):
         resolve_sts("SICK-R", download=False)
+
+
+def test_an_incomplete_copy_placed_earlier_in_the_order_is_an_error(tmp_path, clean_env, monkeypatch):
+    """An environment copy of STS13 missing OnWN was passed over for the cache's complete one (scored, exit 0)."""
+    build_root(Path(os.environ[sts.CACHE_ENV_VAR]))
+    build_root(tmp_path / "env")
+    (tmp_path / "env" / "STS13-en-test" / "STS.input.OnWN.txt").unlink()
+    monkeypatch.setenv(sts.ENV_VAR, str(tmp_path / "env"))
+    with pytest.raises(StsDataUnavailable, match=r"STS set STS13 in .*env \(\$RETROMAE_IR_STS\) is incomplete: "
+                                                 r".*STS\.input\.OnWN\.txt is missing; complete or remove"):
+        resolve_sts("STS13", download=False)
+    assert resolve_sts("STS12", download=False) == tmp_path / "env" / "STS12-en-test"  # complete: used
 
 
 def test_download_from_an_official_style_archive(tmp_path, clean_env, monkeypatch):
