@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_corpus
 from retromae_ir.io import atomic_dir, atomic_write, check_unchanged, claim_output, file_digest
-from retromae_ir.process import run_child
+from retromae_ir.lucene_indexer import build_lucene_index
 
 logger = logging.getLogger(__name__)
 
@@ -106,17 +105,15 @@ def _index_collection(corpus: Path, folder: Path, threads: int, fingerprint: dic
     """``folder/lucene`` and the manifest, through a JsonCollection that is deleted once indexed."""
     collection = folder / "collection"
     documents = write_json_collection(corpus, collection)
-    command = [sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
-               "--input", str(collection), "--index", str(folder / "lucene"),
-               "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
-               "--storePositions", "--storeDocvectors", "--storeRaw"]
-    logger.info("indexing %d documents: %s", documents, " ".join(command))
-    result = run_child(command)
-    if result.returncode != 0:
-        raise RuntimeError(f"Lucene indexing of {corpus} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    arguments = ["--collection", "JsonCollection", "--input", str(collection), "--index", str(folder / "lucene"),
+                 "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
+                 "--storePositions", "--storeDocvectors", "--storeRaw"]
+    logger.info("indexing %d documents: python -m pyserini.index.lucene %s", documents, " ".join(arguments))
+    build_lucene_index(arguments, documents, str(corpus))
     (collection / "docs.jsonl").unlink()
     collection.rmdir()
-    manifest = {"fingerprint": fingerprint, "documents": documents, "command": command[1:]}
+    manifest = {"fingerprint": fingerprint, "documents": documents, "command": ["-m", "pyserini.index.lucene",
+                                                                               *arguments]}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 

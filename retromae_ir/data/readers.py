@@ -134,6 +134,7 @@ def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> l
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (category Cc)
+MAX_ID_BYTES = 32766  # Lucene's longest term (the docid is one), in UTF-8 bytes
 
 
 def _check_token(path: Path, number: int, docid: str) -> None:
@@ -145,6 +146,9 @@ def _check_token(path: Path, number: int, docid: str) -> None:
                               "and TREC runs)")
     if _CONTROL.search(docid):
         raise DataFormatError(f"{path}:{number}: id {docid!r} holds a control character")
+    if len(docid.encode("utf-8")) > MAX_ID_BYTES:  # the indexer left the rest of the collection out, exit 0
+        raise DataFormatError(f"{path}:{number}: id {docid[:40]!r}... is {len(docid.encode('utf-8'))} bytes, over "
+                              f"Lucene's {MAX_ID_BYTES}-byte term limit")
 
 
 _HEADER_IDS = {"id", "_id", "qid", "query_id", "query-id", "pid", "docid", "doc_id", "corpus-id"}

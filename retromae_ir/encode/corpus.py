@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from retromae_ir.encode.manifest import (MANIFEST, IndexMismatchError, checksums
                                          write_manifest)
 from retromae_ir.encode.representation import ENCODING_VERSION, check_lucene_terms, impact_dicts
 from retromae_ir.io import atomic_dir, atomic_write, claim_output, pairs_digest
-from retromae_ir.process import run_child
+from retromae_ir.lucene_indexer import build_lucene_index
 
 logger = logging.getLogger(__name__)
 WORK = ".work"
@@ -380,22 +379,23 @@ def write_sparse(folder: Path, card: EncoderCard, vocab: list[str], width: int, 
     meta = write_ot_store(folder / STORE_FOLDER, lambda: (rows for _, rows in chunks()), width)
     if lucene:
         (folder / "collection").mkdir()
+        written = 0
         with open(folder / "collection" / "docs.jsonl", "w") as out:
             for docids, rows in chunks():
                 for start in range(0, len(docids), 10000):
                     vectors = impact_dicts(rows[start:start + 10000], vocab, card.scale)
                     for docid, vector in zip(docids[start:start + 10000], vectors):
                         out.write(json.dumps({"id": docid, "contents": "", "vector": vector}) + "\n")
-        build_impact_index(folder / "collection", folder / "index", threads)
+                        written += 1
+        build_impact_index(folder / "collection", folder / "index", written, threads)
     return meta["postings"]
 
 
-def build_impact_index(collection: Path, index: Path, threads: int = 1) -> None:
-    """``python -m pyserini.index.lucene --collection JsonVectorCollection --impact --pretokenized``."""
-    command = [sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonVectorCollection",
-               "--input", str(collection), "--index", str(index), "--generator", "DefaultLuceneDocumentGenerator",
-               "--threads", str(threads), "--impact", "--pretokenized", "--optimize"]
-    logger.info("building the impact index: %s", " ".join(command))
-    done = run_child(command)
-    if done.returncode != 0 or not index.is_dir():
-        raise RuntimeError(f"pyserini.index.lucene failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+def build_impact_index(collection: Path, index: Path, documents: int, threads: int = 1) -> None:
+    """``python -m pyserini.index.lucene --collection JsonVectorCollection --impact --pretokenized`` over the
+    ``documents`` of ``collection``, checked to index every one (``lucene_indexer``)."""
+    arguments = ["--collection", "JsonVectorCollection", "--input", str(collection), "--index", str(index),
+                 "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads), "--impact",
+                 "--pretokenized", "--optimize"]
+    logger.info("building the impact index: python -m pyserini.index.lucene %s", " ".join(arguments))
+    build_lucene_index(arguments, documents, str(collection))
