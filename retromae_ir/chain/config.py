@@ -106,6 +106,7 @@ class ChainConfig:
         reads (``pretrained``: it starts from a given pre-training): it was accepted, ignored, and recorded in the
         stages' settings as if used. Settings the entry set and an override switched off stay allowed (``--set
         distill=false`` on a chain that sets ``ce_steps``)."""
+        # the stage-bound rows follow chain.settings.skipped_stages (which imports this module)
         unread = {"steps": min(self.stage_epochs("1"), self.epochs) > 0,
                   "pretrain_steps pretrain_batch pretrain_length": not self.pretrain or pretrained,
                   "ce_steps ce_lr ce_batch ce_length": not self.distill or bool(self.teacher),

@@ -58,13 +58,11 @@ def pipeline_stage(name: str) -> str:
 
 def stage_settings(config: ChainConfig, name: str, inputs: dict, started: bool = False) -> dict:
     """The settings that shaped stage ``name``: its own and those of every stage before it. Stages a configuration
-    skips (pre-training without ``pretrain``, BM25 negatives with in-batch stage 1) contribute nothing. ``started``:
+    skips (:func:`skipped_stages`) contribute nothing. ``started``:
     what its training resumes under (for 0-pretrain, the pre-training alone, not the start's evaluation)."""
     values = {**dataclasses.asdict(config), "stage1_epochs": config.stage_epochs("1"),
               "stage1_lr": config.stage_lr("1"), **inputs}
-    skipped = {"0-pretrain"} if not config.pretrain else set()
-    skipped |= {"1-bm25-negatives"} if config.group_stage1 == 1 else set()
-    skipped |= {"4-cross-encoder"} if config.teacher else set()  # a given teacher replaces the chain's own
+    skipped = skipped_stages(config)
     unread = set(PRETRAINING) if inputs.get("pretrained") else set()  # a given pre-training is not made here
     settings = {"pretrain": config.pretrain}
     # with pre-training, the 0-pretrain entry also holds the start's evaluation (its OT weight and metrics), which
@@ -90,12 +88,23 @@ def since_added(results: dict, name: str, field: str):
     return SINCE_ADDED[field]
 
 
+def skipped_stages(config: ChainConfig) -> set[str]:
+    """The pipeline's stages ``config`` does not run: pre-training without ``pretrain``, BM25 negatives with an
+    in-batch stage 1, the teacher and distillation without ``distill``, the chain's own cross-encoder under a given
+    ``teacher``. (``ChainConfig.check_read`` refuses the settings only these stages read.)"""
+    skipped = {"0-pretrain"} if not config.pretrain else set()
+    skipped |= {"1-bm25-negatives"} if config.group_stage1 == 1 else set()
+    skipped |= set(DISTILLATION) if not config.distill else set()
+    return skipped | ({"4-cross-encoder"} if config.teacher else set())
+
+
+DISTILLATION = ("4-cross-encoder", "5-soft-labels", "3-distill")
+
+
 def not_run(config: ChainConfig) -> set[str]:
-    """The recorded stages ``config`` neither runs nor reports: distillation's without ``distill``, and the chain's
-    own cross-encoder under a given ``teacher`` (whose ce_* settings the configuration no longer holds)."""
-    if not config.distill:
-        return {"4-cross-encoder", "5-soft-labels", "3-distill"}
-    return {"4-cross-encoder"} if config.teacher else set()
+    """The recorded stages ``config`` neither runs nor reports, which are not held to its settings until they run
+    again: distillation's without ``distill``, the chain's own cross-encoder under a given ``teacher``."""
+    return skipped_stages(config) & set(DISTILLATION)
 
 
 def check_settings(results: dict, config: ChainConfig, inputs: dict, where: str, verb: str = "made") -> None:

@@ -40,9 +40,10 @@ def test_a_changed_setting_is_refused_only_for_stages_it_shaped():
     with pytest.raises(ChainSettingsError, match=r"out/results.json: stage 2-stage2 .*\(group 8 -> 4\)"):
         check_settings(results, ChainConfig(group=4), INPUTS, "out/results.json")
     # a given teacher changes the soft labels and distillation, not the cross-encoder the chain trained
-    results["4-cross-encoder"] = {"settings": stage_settings(config, "4-cross-encoder", INPUTS)}
+    distilled = ChainConfig(distill=True)  # what records the teacher's and distillation's stages
+    results["4-cross-encoder"] = {"settings": stage_settings(distilled, "4-cross-encoder", INPUTS)}
     check_settings(results, ChainConfig(teacher="my/reranker", distill=True), INPUTS, "out/results.json")
-    results["5-soft-labels"] = {"settings": stage_settings(config, "5-soft-labels", INPUTS)}
+    results["5-soft-labels"] = {"settings": stage_settings(distilled, "5-soft-labels", INPUTS)}
     with pytest.raises(ChainSettingsError, match=r"stage 5-soft-labels .*\(teacher '' -> 'my/reranker'\)"):
         check_settings(results, ChainConfig(teacher="my/reranker", distill=True), INPUTS, "out/results.json")
     with pytest.raises(ChainSettingsError, match=r"stage 0-start .*\(model None -> 'other/model'\)"):
