@@ -170,7 +170,7 @@ class SyntheticModel:
 
     def __init__(self, card, synthetic: Synthetic, queries=None):
         self.card, self.synthetic, self._queries = card, synthetic, queries
-        self.vocab = [f"t{i}" for i in range(synthetic.vocab)]
+        self.vocab = self.lucene_terms = [f"t{i}" for i in range(synthetic.vocab)]  # distinct, no whitespace
 
     def checkpoint_digests(self) -> dict[str, str]:
         """No checkpoint files: the generator's settings are in the card's checkpoint name, which its fingerprint

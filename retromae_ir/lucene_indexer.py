@@ -13,27 +13,28 @@ import sys
 
 from retromae_ir.process import run_child
 
-COUNTER = re.compile(r"AbstractIndexer\b.* - (indexed|unindexable|empty|skipped|errors):\s+([\d,]+)\s*$",
+# the count as Java formats it in the indexer's locale: 5,183,123, 5.183.123, 5 183 123 (U+202F), ...
+COUNTER = re.compile(r"AbstractIndexer\b.* - (indexed|unindexable|empty|skipped|errors):\s+(\d[^\n]*?)\s*$",
                      re.MULTILINE)
 
 
 class IndexingError(ValueError):
-    """The indexer failed, or indexed other documents than the collection holds (bad input, most often: one line,
-    exit 2, under the commands' error rule)."""
+    """The indexer indexed other documents than the collection holds (bad input, most often: one line, exit 2,
+    under the commands' error rule)."""
 
 
 def build_lucene_index(arguments: list[str], documents: int, what: str) -> None:
     """Run ``python -m pyserini.index.lucene ARGUMENTS`` over a collection of ``documents`` documents (``what``
     names it in errors); raises :class:`IndexingError` unless every document was indexed or counted empty."""
     done = run_child([sys.executable, "-m", "pyserini.index.lucene", *arguments])
-    if done.returncode != 0:
-        raise IndexingError(f"Lucene indexing of {what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    if done.returncode != 0:  # the indexer itself failed (a JVM error, memory): not the input's fault
+        raise RuntimeError(f"Lucene indexing of {what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     check_counters(done.stdout + done.stderr, documents, what)
 
 
 def check_counters(log: str, documents: int, what: str) -> None:
     """Compare the indexer's final counters in ``log`` with the ``documents`` written."""
-    counters = {name: int(value.replace(",", "")) for name, value in COUNTER.findall(log)}
+    counters = {name: int(re.sub(r"\D", "", value)) for name, value in COUNTER.findall(log)}
     if set(counters) != {"indexed", "unindexable", "empty", "skipped", "errors"}:
         raise IndexingError(f"Lucene indexing of {what}: the indexer's final counters are not in its output, so "
                             f"what it indexed cannot be checked:\n{log[-3000:]}")

@@ -32,6 +32,8 @@ def test_counters_missing_or_short_are_errors():
                     for i, (name, value) in enumerate([("indexed", "1,000"), ("unindexable", "0"), ("empty", "2"),
                                                        ("skipped", "0"), ("errors", "0")]))
     check_counters(log, 1002, "c")
+    for separator in (".", "\u202f", "\u00a0"):  # the indexer's locale formats the counts (German, French, ...)
+        check_counters(log.replace("1,000", f"1{separator}000"), 1002, "c")
     with pytest.raises(IndexingError, match="1003 documents written, 1000 indexed and 2 empty"):
         check_counters(log, 1003, "c")
     with pytest.raises(IndexingError, match="the indexer's final counters are not in its output"):
