@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     from retromae_ir.chain.__main__ import main as chain_main
 
     if "--list" in given:  # the chains as the file defines them: no run, so none of a run's options
+        if args.config != parser.get_default("config"):
+            parser.error("--list prints every chain; --config picks the one a run runs")
         return chain_main(rest)
     source = [] if {"--folder", "--data-dir"} & given or not SHARED_BEIR.is_dir() else [
         "--data-dir", str(SHARED_BEIR)]

@@ -528,6 +528,9 @@ def test_the_scifact_driver_lists_the_chains(capsys):
     spec.loader.exec_module(script)
     script.main(["--list"])
     assert "scifact-quick (scifact): " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:  # --config picks a run's chain: ignored by a listing
+        script.main(["--list", "--config", "full"])
+    assert exit_.value.code == 2 and "--list prints every chain; --config picks" in capsys.readouterr().err
 
 
 def test_recorded_stages_a_configuration_does_not_run_are_not_held_to_it():
