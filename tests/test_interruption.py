@@ -97,7 +97,7 @@ def test_pretraining_killed_after_a_checkpoint_then_resumed_gives_the_uninterrup
     def pretrain(output: Path, *extra: str) -> list[str]:
         return python_m("retromae_ir.pretrain", "--method", "dupmae", "--model", str(tiny_bert_dir), "--corpus",
                         str(corpus), "--output", str(output), "--max-length", "32", "--batch-size", "4",
-                        "--max-steps", "40", "--save-steps", "2", "--seed", "3", "--device", "cpu", *extra)
+                        "--max-steps", "12", "--save-steps", "2", "--seed", "3", "--device", "cpu", *extra)
 
     run(pretrain(tmp_path / "straight"))
     interrupted = tmp_path / "interrupted"
@@ -154,7 +154,7 @@ def test_finetuning_killed_after_a_checkpoint_then_resumed_gives_the_uninterrupt
     def finetune(output: Path, *extra: str) -> list[str]:
         return python_m("retromae_ir.finetune", "--stage", "1", "--encoder", str(card), "--queries",
                         str(tmp_path / "queries.jsonl"), "--qrels", str(tmp_path / "qrels.tsv"), "--corpus",
-                        str(corpus), "--group-size", "1", "--batch-size", "4", "--max-steps", "30",
+                        str(corpus), "--group-size", "1", "--batch-size", "4", "--max-steps", "12",
                         "--save-steps", "2", "--seed", "3", "--device", "cpu", "--output", str(output), *extra)
 
     run(finetune(tmp_path / "straight"))
