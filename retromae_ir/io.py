@@ -246,7 +246,15 @@ def pairs_digest(pairs) -> str:
 
 
 def _umask() -> int:
-    """The process umask (reading it means setting it, so it is set straight back)."""
+    """The process umask: from ``/proc/self/status`` where Linux shows it, since reading it through ``os.umask``
+    means setting it for a moment, and a file another thread created in that moment got 022's permissions."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

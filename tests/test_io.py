@@ -27,6 +27,22 @@ def test_atomic_dir_keeps_umask_mode(tmp_path, umask_022):
     assert (tmp_path / "index").stat().st_mode & 0o777 == 0o755
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the umask where Linux shows it")
+def test_the_umask_is_read_without_setting_it(tmp_path, monkeypatch):
+    """Reading it through os.umask set it to 022 for a moment: a file another thread created then got 022's
+    permissions instead of the user's 077."""
+    old = os.umask(0o077)
+    try:
+        calls = []
+        monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or 0o077)
+        with atomic_write(tmp_path / "run.trec") as out:
+            out.write("x\n")
+        assert calls == [] and (tmp_path / "run.trec").stat().st_mode & 0o777 == 0o600
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+
+
 def test_a_folder_replaced_again_is_never_left_half_deleted(tmp_path, monkeypatch):
     """Saving a folder over itself (a checkpoint saved again at the end of a resumed run) deleted the old one in
     place before the rename: a kill during the deletion left half of it, which later loaded as complete. Now the
