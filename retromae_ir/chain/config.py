@@ -146,7 +146,6 @@ class ChainConfig:
 
 
 FIELDS = [field.name for field in dataclasses.fields(ChainConfig)]
-DEFAULTS = {field.name: field.default for field in dataclasses.fields(ChainConfig)}
 FALLBACKS = {"sparse_weight": "chosen on the dev split", "epochs": "'steps' steps", "epochs_stage1": "epochs",
              "lr_stage1": "lr", "steps": "none; read where a stage's epochs are 0"}
 UNREAD_BECAUSE = {
