@@ -9,6 +9,9 @@ from pathlib import Path
 import torch
 
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+# AMD GPUs with bf16 matrix instructions: MI100 (gfx908), MI200 (gfx90a), MI300 (gfx94x), MI350 (gfx95x), RDNA3 and
+# RDNA4 (gfx11xx, gfx12xx); not MI50/MI60 (gfx906) or RDNA2 (gfx103x)
+NATIVE_BF16_ROCM_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 CPU_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -27,14 +30,21 @@ def cpu_flags() -> frozenset[str]:
 
 def bf16_is_fast(device: torch.device | str) -> bool:
     device = torch.device(device)
-    if device.type == "cuda":  # native from Ampere (8.0) on; is_bf16_supported() also says yes where it is emulated
+    if device.type == "cuda":  # is_bf16_supported() also says yes where bf16 is emulated
         if not torch.cuda.is_available():
             return False
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return torch.cuda.get_device_capability(index) >= (8, 0)
+        return gpu_bf16_is_native(device.index if device.index is not None else torch.cuda.current_device())
     if device.type == "cpu":
         return any(flag in cpu_flags() for flag in NATIVE_BF16_CPU_FLAGS)
     return False
+
+
+def gpu_bf16_is_native(index: int) -> bool:
+    """NVIDIA: from Ampere (capability 8.0) on. ROCm reports the gfx version as the capability (gfx906 and gfx90a
+    both read 9.0), so there the architecture name decides."""
+    if torch.version.hip:
+        return torch.cuda.get_device_properties(index).gcnArchName.startswith(NATIVE_BF16_ROCM_ARCHS)
+    return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
 @functools.lru_cache(maxsize=1)

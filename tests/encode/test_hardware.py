@@ -21,6 +21,7 @@ def test_a_gpu_is_bf16_only_from_ampere_on_and_the_one_asked_about(monkeypatch):
     import torch
 
     capability = {0: (7, 5), 1: (8, 0), 2: (9, 0)}  # a T4, an A100, an H100
+    monkeypatch.setattr(torch.version, "hip", None)  # a CUDA build, wherever the test runs
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not hardware.bf16_is_fast("cuda")  # no CUDA here: no, not an error
@@ -31,3 +32,21 @@ def test_a_gpu_is_bf16_only_from_ampere_on_and_the_one_asked_about(monkeypatch):
     assert hardware.bf16_is_fast("cuda:1") and hardware.bf16_is_fast("cuda:2")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
     assert hardware.bf16_is_fast("cuda") and not hardware.bf16_is_fast("cuda:0")
+
+
+def test_an_amd_gpu_is_bf16_by_its_architecture_not_its_capability(monkeypatch):
+    """ROCm's capability is the gfx version: an MI50 (gfx906) and an MI250 (gfx90a) both read (9, 0), an RX 6800
+    (gfx1030) reads (10, 3); only the MI250 runs bf16 natively."""
+    import types
+
+    import torch
+
+    archs = {0: "gfx906:sramecc+:xnack-", 1: "gfx90a:sramecc+:xnack-", 2: "gfx1030", 3: "gfx942:sramecc+:xnack-",
+             4: "gfx1100"}
+    capability = {0: (9, 0), 1: (9, 0), 2: (10, 3), 3: (9, 4), 4: (11, 0)}
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability[index])
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(gcnArchName=archs[index]))
+    assert [hardware.bf16_is_fast(f"cuda:{i}") for i in range(5)] == [False, True, False, True, True]
