@@ -15,7 +15,8 @@ docs/encoders.md). Opt-in and per process::
 
 On an Intel CPU the check is true already and the library changes nothing. Building needs a C compiler (``cc``,
 or ``$CC``), which ``--compile`` needs anyway. The library goes to ``$RETROMAE_IR_CACHE/mkl_shim`` (default
-``~/.cache/retromae_ir/mkl_shim``); ``LD_PRELOAD`` splits on spaces, so that path must have none.
+``~/.cache/retromae_ir/mkl_shim``); ``LD_PRELOAD`` splits on spaces and colons, so a path with either is refused
+(the loader would skip it without a word, and the run would go at the default's speed).
 """
 from __future__ import annotations
 
@@ -37,12 +38,16 @@ STEM = "libretromae_ir_mkl_intel_cpu_true"
 # the source's digest in the name: a library built from another version's source is never taken for this one's
 LIBRARY = f"{STEM}-{hashlib.sha256(SOURCE.encode()).hexdigest()[:12]}.so"
 CACHE_PART = "mkl_shim"
+PRELOAD_SEPARATORS = frozenset(" \t\n:")
 
 
 def build(folder: Path | None = None) -> Path:
     """The shim library in ``folder`` (the cache by default), compiled there first if it is not."""
     folder = Path(folder or cache_dir(CACHE_PART))
     target = folder / LIBRARY
+    if PRELOAD_SEPARATORS & set(str(target.absolute())):
+        raise ValueError(f"{target.absolute()} holds a space or a colon, which LD_PRELOAD reads as a separator: "
+                         "give --cache-dir (or RETROMAE_IR_CACHE) a folder without them")
     if target.is_file():
         return target
     compiler = shlex.split(os.environ.get("CC") or "cc")  # CC may carry a launcher or flags: "ccache gcc"

@@ -84,3 +84,15 @@ def test_the_command_exits_2_on_a_failed_build(tmp_path, monkeypatch, capsys):
         mkl_shim.main(["--cache-dir", str(tmp_path)])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.startswith(f"error: false could not build {tmp_path / mkl_shim.LIBRARY}")
+
+
+@pytest.mark.parametrize("name", ["with space", "with:colon"])
+def test_a_folder_ld_preload_would_split_is_refused_before_building(tmp_path, name, capsys):
+    """The loader splits LD_PRELOAD on spaces and colons and skips what it cannot open, silently: the printed path
+    would then run at the default's speed."""
+    folder = tmp_path / name
+    with pytest.raises(SystemExit) as exited:
+        mkl_shim.main(["--cache-dir", str(folder)])
+    assert exited.value.code == 2
+    assert "LD_PRELOAD reads as a separator" in capsys.readouterr().err
+    assert not folder.exists()
