@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import sys
 from typing import Callable, Iterable, Sequence
 
@@ -57,8 +58,22 @@ def command(main: Callable) -> Callable:
     return run
 
 
+def finite_float(text: str) -> float:
+    """argparse type of every float option: ``nan`` and ``inf`` parse as floats, and were accepted where a check
+    reads ``x <= 0`` (an ``--lr inf`` run published NaN weights, ``--contrastive-weight nan`` switched its term off
+    while the run recorded nan)."""
+    value = float(text)  # a ValueError: argparse's "invalid float value"
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+finite_float.__name__ = "float"  # argparse names the type in "invalid float value: 'x'"
+
+
 def dataclass_parser(dataclass_types: Iterable[type], prog: str, **kwargs):
-    """An ``HfArgumentParser`` over ``dataclass_types`` called ``prog``, its underscore flags hidden aliases."""
+    """An ``HfArgumentParser`` over ``dataclass_types`` called ``prog``, its underscore flags hidden aliases and
+    its float fields finite (:func:`finite_float`)."""
     from transformers import HfArgumentParser
 
     parser = HfArgumentParser(list(dataclass_types), prog=prog, **kwargs)
@@ -67,6 +82,8 @@ def dataclass_parser(dataclass_types: Iterable[type], prog: str, **kwargs):
         dashed = [option for option in action.option_strings if not (option.startswith("--") and "_" in option)]
         if dashed:  # the underscore spellings stay in parser._option_string_actions, so they still parse
             action.option_strings = dashed
+        if action.type is float:
+            action.type = finite_float
     return parser
 
 

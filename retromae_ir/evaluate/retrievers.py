@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from retromae_ir.bm25 import BM25Params, BM25Retriever
-from retromae_ir.cli import add_compile_argument
+from retromae_ir.cli import add_compile_argument, finite_float
 from retromae_ir.io import claim_output
 from retromae_ir.logs import setup_logging
 from retromae_ir.runs import MAX_DEPTH
@@ -27,8 +27,8 @@ def add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
                         help="indexes go to INDEX_DIR/<retriever or card>/")
     parser.add_argument("--threads", type=int, default=2)
     # defaults None: a flag given to the other retriever is an error, not silently unused (make_retriever fills them)
-    parser.add_argument("--k1", type=float, default=None, help=f"BM25 k1 (default {BM25Params.k1})")
-    parser.add_argument("--b", type=float, default=None, help=f"BM25 b (default {BM25Params.b})")
+    parser.add_argument("--k1", type=finite_float, default=None, help=f"BM25 k1 (default {BM25Params.k1})")
+    parser.add_argument("--b", type=finite_float, default=None, help=f"BM25 b (default {BM25Params.b})")
     parser.add_argument("--batch-size", type=int, default=None,
                         help=f"encoding batch size (--encoder; default {ENCODER_DEFAULTS['batch_size']})")
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default=None,

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from retromae_ir.finetune.gradcache import forward_backward
-from retromae_ir.training.trainer import Trainer, mean_across_ranks, micro_seeds
+from retromae_ir.training.trainer import Trainer, micro_seeds
 
 
 class FinetuneTrainer(Trainer):
@@ -54,11 +54,7 @@ class FinetuneTrainer(Trainer):
         losses = forward_backward(self.wrapped, batch, self.model.loss, self.args.grad_cache_chunk,
                                   self.world_size if self.model.gathers else 1, autocast,
                                   self.wrapped.no_sync if self.world_size > 1 else None)
-        if self.args.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return mean_across_ranks({k: float(v) for k, v in losses.items()}, self.world_size, self.device)
+        return self.update({k: float(v) for k, v in losses.items()})
 
     def save_checkpoint(self) -> Path:
         path = super().save_checkpoint()

@@ -65,6 +65,10 @@ class TrainerError(ValueError):
     """Bad training set-up (existing output without --resume, a resume state that does not fit...)."""
 
 
+class TrainingDiverged(TrainerError):
+    """A step's loss (or the weights to be saved) is not finite: nothing of it is saved."""
+
+
 def as_written(value: float) -> Fraction:
     """A fraction of a run (``--epochs``, ``--warmup-ratio``) as the user wrote it: 1.1 x 100 batches is 110 steps,
     where the float 1.1 (1.10000000000000008882) made 111, and 0.29 x 100 is 29 warm-up steps, not 28."""
@@ -478,11 +482,25 @@ class Trainer:
             (losses["loss"] / len(window)).backward()
             for name, value in losses.items():
                 totals[name] = totals.get(name, 0.0) + float(value.detach()) / len(window)
+        return self.update(totals)
+
+    def update(self, terms: dict[str, float]) -> dict[str, float]:
+        """The optimizer step after a step's backward passes; returns the loss ``terms`` averaged over processes.
+        A non-finite loss stops the run before the step (on every process: the mean is nan or inf on all of them),
+        so that no checkpoint holds what it would have made: such a run used to train on to NaN weights, publish
+        them and exit 0."""
+        terms = mean_across_ranks(terms, self.world_size, self.device)
+        if not math.isfinite(terms["loss"]):
+            raise TrainingDiverged(
+                f"step {self.step + 1}: the loss is {terms['loss']} "
+                f"({', '.join(f'{k}={v:.4g}' for k, v in terms.items() if k != 'loss')}): training stopped before "
+                f"this step's update; the checkpoints in {self.output / CHECKPOINTS} are from before it (a smaller "
+                "--lr, or --max-grad-norm, may keep the loss finite)")
         if self.args.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return mean_across_ranks(totals, self.world_size, self.device)
+        return terms
 
     def _sync(self, last: bool):
         if self.world_size > 1 and not last:
@@ -491,8 +509,14 @@ class Trainer:
 
     # ---- output ---------------------------------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
-        """A full checkpoint in ``checkpoints/step-N`` (main process), keeping the last two."""
+        """A full checkpoint in ``checkpoints/step-N`` (main process), keeping the last two. Weights that are not
+        finite (an update from a finite loss can overflow them) are refused, not saved."""
         path = self.output / CHECKPOINTS / f"step-{self.step}"
+        bad = next((name for name, p in self.model.named_parameters() if not torch.isfinite(p).all()), None)
+        if bad is not None:
+            raise TrainingDiverged(f"step {self.step}: the update left {bad} with values that are not finite: not "
+                                   f"saved; the checkpoints in {self.output / CHECKPOINTS} are from before it (a "
+                                   "smaller --lr, or --max-grad-norm, may keep the weights finite)")
         if self.is_main:
             with atomic_dir(path) as tmp:
                 self.model.save(tmp, self._metadata())

@@ -278,3 +278,43 @@ def test_an_epoch_leaves_out_what_fills_no_whole_global_batch():
     seen = {i for rank in range(4) for i in schedule.indices(0, rank, seed=3)}
     assert len(seen) == 64 and seen != {i for rank in range(4) for i in schedule.indices(1, rank, seed=3)}
     assert Schedule(examples=96, batch_size=16, world_size=1, grad_accum=1, max_steps=1).left_out == 0
+
+
+@pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--weight-decay", "nan"), ("--max-grad-norm", "nan"),
+                                         ("--contrastive-weight", "nan"), ("--decoder-mask-ratio", "Infinity")])
+def test_a_float_option_that_is_not_a_number_is_refused(tiny_bert_dir, corpus, tmp_path, capsys, flag, value):
+    """float() reads nan and inf: --lr inf trained NaN weights and exit 0, --contrastive-weight nan switched its term
+    off (a check read ``> 0``) while the run recorded nan."""
+    output = tmp_path / "out"
+    error = refused(main, _args(tiny_bert_dir, corpus, output, flag, value), capsys)
+    assert f"argument {flag}: must be a finite number, got '{value}'" in error
+    assert not output.exists()
+
+
+def test_a_loss_that_is_not_finite_stops_the_run_before_its_update(tiny_bert_dir, corpus, tmp_path, capsys):
+    """An --lr of 1e30 takes the weights to 1e30 at step 1 (finite, saved) and the loss to nan or inf at step 2:
+    the run stops there with an error, and publishes nothing (it trained on and published NaN weights, exit 0)."""
+    output = tmp_path / "out"
+    error = refused(main, _args(tiny_bert_dir, corpus, output, "--lr", "1e30", "--max-steps", "4", "--save-steps",
+                                "1", "--batch-size", "4"), capsys)
+    assert re.search(r"step 2: the loss is (nan|inf) \(mlm=.*\): training stopped before this step's update", error)
+    assert [p.name for p in (output / "checkpoints").iterdir()] == ["step-1"]
+    assert not (output / "model.safetensors").exists()
+
+
+def test_weights_that_are_not_finite_are_not_saved(tiny_bert_dir, corpus, tmp_path, monkeypatch):
+    """A finite loss whose update overflows the weights (the run's last step) is refused at the save."""
+    from retromae_ir.training.trainer import TrainingDiverged
+
+    trainer = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "run", max_steps=1))
+    step = trainer.optimizer.step
+
+    def overflow():
+        step()
+        next(trainer.model.parameters()).data.fill_(float("inf"))
+
+    monkeypatch.setattr(trainer.optimizer, "step", overflow)
+    with pytest.raises(TrainingDiverged, match="step 1: the update left .* with values that are not finite"):
+        trainer.train()
+    assert not (tmp_path / "run" / "checkpoints").exists() or not any((tmp_path / "run" / "checkpoints").iterdir())
+    assert not (tmp_path / "run" / "model.safetensors").exists()
