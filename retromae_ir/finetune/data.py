@@ -23,6 +23,8 @@ from typing import Sequence
 
 import torch
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
 from retromae_ir.data.readers import (DataFormatError, iter_beir_corpus, iter_lines, iter_msmarco_collection, joined,
                                       load_qrels, load_topics)
 
@@ -148,6 +150,10 @@ def _scores(record: dict, key: str, expected: int, where: str) -> list[float] | 
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
         raise DataFormatError(f"{where}: {key!r} must be a list of {expected} numbers aligned with "
                               f"{key.split('_')[0]}s, got {values!r:.80}")
+    # JSON reads NaN and Infinity, and 1e39 is inf in the float32 teacher tensor: distillation's loss was then nan
+    # from the first step, and the NaN weights were published
+    if not all(abs(v) <= FLOAT32_MAX for v in values):
+        raise DataFormatError(f"{where}: {key!r} holds a score that is not a finite float32, got {values!r:.80}")
     return [float(v) for v in values]
 
 

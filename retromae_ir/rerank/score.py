@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from retromae_ir.cli import check_at_least_one
 from retromae_ir.data.readers import iter_lines
-from retromae_ir.finetune.data import check_made_from, load_passages, read_jsonl_examples
+from retromae_ir.finetune.data import FLOAT32_MAX, check_made_from, load_passages, read_jsonl_examples
 from retromae_ir.logs import log_beside
 from retromae_ir.io import as_stored, cached_checkpoint_key, file_digest, key_path, read_key, write_key
 
@@ -88,6 +88,16 @@ def score_file(model, args: ScoreArguments) -> Path:
         return _score_into(model, args, examples, records, qrels, qrels_digest)
 
 
+def check_finite(scores: list[float], chunk: list) -> None:
+    """Refuse a score that is nan or inf (a cross-encoder whose weights diverged) before it is written: the file
+    was distillation's input, whose loss was then nan."""
+    pairs = [(example.query, p) for example in chunk for p in example.positives + example.negatives]
+    for (query, _), score in zip(pairs, scores):
+        if not abs(score) <= FLOAT32_MAX:
+            raise ValueError(f"the cross-encoder scored a pair of query {query!r:.60} {score}: its weights do not "
+                             "give finite scores (a diverged training?); nothing of this chunk is written")
+
+
 def _score_into(model, args: ScoreArguments, examples: list, records: list[dict], qrels: Path | None,
                 qrels_digest: str | None) -> Path:
     output = Path(args.output)
@@ -104,6 +114,7 @@ def _score_into(model, args: ScoreArguments, examples: list, records: list[dict]
             for first in range(0, len(pairs), args.batch_size):
                 batch = pairs[first:first + args.batch_size]
                 scores += model.score([q for q, _ in batch], [p for _, p in batch])
+            check_finite(scores, chunk)
             offset = 0
             for example, record in zip(chunk, records[start:start + args.chunk_queries]):
                 middle, end = offset + len(example.positives), offset + len(example.positives) + len(example.negatives)

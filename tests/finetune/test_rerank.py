@@ -356,3 +356,26 @@ def test_a_rerun_scores_each_pair_in_the_batch_a_whole_run_would(cross_encoder, 
         assert lines == fresh and set(scored) == rescored  # a cut chunk is scored whole again
     log = (tmp_path / "scored.jsonl.log").read_text()  # every run's, the interrupted ones' too
     assert log.count("3 queries scored") == 4 and log.count("continuing after 2 scored queries") == 1
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e39"])
+def test_teacher_scores_that_are_not_finite_float32_are_refused(tmp_path, value):
+    """JSON reads NaN and Infinity, and 1e39 is inf as float32: distillation's loss was nan from its first step."""
+    source = tmp_path / "scored.jsonl"
+    source.write_text(json.dumps({"query": "vitamin d", "positives": ["a"], "negatives": ["b"],
+                                  "positive_scores": [1.0], "negative_scores": [0.5]}) + "\n"
+                      + '{"query": "insulin", "positives": ["b"], "negatives": ["a"], "positive_scores": [2.0], '
+                      f'"negative_scores": [{value}]}}\n')
+    with pytest.raises(DataFormatError, match=rf"scored.jsonl:2: 'negative_scores' holds a score that is not a "
+                                              r"finite float32"):
+        read_jsonl_examples(source, CORPUS)
+
+
+def test_a_cross_encoder_scoring_nan_writes_nothing(cross_encoder, tmp_path, monkeypatch):
+    corpus, source = write_inputs(tmp_path)
+    monkeypatch.setattr(cross_encoder, "score", lambda queries, passages: [float("nan")] * len(queries))
+    with pytest.raises(ValueError, match="the cross-encoder scored a pair of query 'vitamin d' nan"):
+        score_file(cross_encoder, ScoreArguments(str(source), str(tmp_path / "scored.jsonl"), str(corpus)))
+    assert not (tmp_path / "scored.jsonl").exists()
+    partial = tmp_path / "scored.jsonl.partial"
+    assert not partial.exists() or partial.read_text() == ""
