@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -72,8 +73,8 @@ class EncoderCard:
             (self.k is None or self.k > 0, f"k must be positive or null, got {self.k}"),
             (self.query_k is None or self.query_k > 0, f"query_k must be positive or null, got {self.query_k}"),
             (self.activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}"),
-            (self.scale > 0, f"scale must be positive, got {self.scale}"),
-            (self.sparse_weight > 0, f"sparse_weight must be positive, got {self.sparse_weight}"),
+            (0 < self.scale < math.inf, f"scale must be positive and finite, got {self.scale}"),
+            (0 < self.sparse_weight < math.inf, f"sparse_weight must be positive and finite, got {self.sparse_weight}"),
             (self.max_query_length > 0 and self.max_passage_length > 0, "max lengths must be positive"),
         ]
         for ok, message in checks:

@@ -36,6 +36,9 @@ def test_fingerprint_follows_the_representation_not_the_name():
     ("checkpoint: x\nkind: dupmae\ndims: 8\nbogus: 1\n", "unknown fields"),
     ("kind: dupmae\ndims: 8\n", "missing required"),
     ("checkpoint: x\nkind: dupmae\ndims: 8\nscale: 0\n", "scale"),
+    # an infinite scale made every impact int64's minimum, dropped as a zero: an impact index of empty documents
+    ("checkpoint: x\nkind: dupmae\ndims: 8\nscale: .inf\n", "scale must be positive and finite, got inf"),
+    ("checkpoint: x\nkind: dupmae\ndims: 8\nsparse_weight: .inf\n", "sparse_weight must be positive and finite"),
     ("- a list\n", "mapping"),
     ("checkpoint: x\nkind: dupmae\ndims: 8\npooling: cls\nnormalize: 'false'\n", "normalize must be true or false"),
     # PyYAML kept the second value silently: a card edited by appending a line encoded with that one
@@ -98,3 +101,17 @@ def test_an_old_own_card_in_a_copied_output_reads_the_weights_beside_it(tiny_ber
         assert load_card(tmp_path / "b" / "stage" / "card.yaml").checkpoint == str(tmp_path / "b" / "stage")
     assert "not the folder it lies in" in caplog.text
     assert load_card(tmp_path / "b" / "other.yaml").checkpoint == str(original)
+
+
+def test_an_impact_beyond_a_java_int_is_refused_not_wrapped():
+    """Anserini stores an impact as a Java int term frequency: 4294967301 was indexed as 5, 3e9 dropped."""
+    import numpy as np
+    import scipy.sparse
+
+    from retromae_ir.encode.representation import LUCENE_MAX_IMPACT, impact_dicts
+
+    rows = scipy.sparse.csr_matrix(np.array([[0.5, 0.0, 2.0], [0.0, 1.0, 0.25]], dtype=np.float32))
+    assert impact_dicts(rows, ["a", "b", "c"], 100) == [{"a": 50, "c": 200}, {"b": 100, "c": 25}]
+    assert impact_dicts(rows, ["a", "b", "c"], 1e9)[0]["c"] == 2_000_000_000 < LUCENE_MAX_IMPACT
+    with pytest.raises(ValueError, match=r"row 0: an OT weight times the card's scale 2000000000.0 is 4000000000.0, beyond"):
+        impact_dicts(rows, ["a", "b", "c"], 2e9)
