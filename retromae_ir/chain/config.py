@@ -5,6 +5,7 @@ A chain is a dataset plus settings: a new one (another BEIR dataset, other lengt
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import yaml
@@ -138,8 +139,10 @@ class ChainConfig:
             key, _, value = assignment.partition("=")
             if key not in FIELDS:
                 raise ValueError(f"--set {assignment}: no chain setting {key!r} (settings: {', '.join(FIELDS)})")
-            kind = type(getattr(self, key))
-            values[key] = _boolean(assignment, value) if kind is bool else kind(value)
+            try:
+                values[key] = typed(key, value)
+            except ValueError as error:
+                raise ValueError(f"--set {assignment}: {error}") from None
         replaced = dataclasses.replace(self, **values)
         replaced.check_read(values, pretrained)
         return replaced
@@ -160,12 +163,35 @@ UNREAD_BECAUSE = {
 BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
-def _boolean(assignment: str, value: str) -> bool:
-    """A yes/no setting's value; anything else (``--set distill`` without ``=true``) is an error, never False."""
+KINDS = {field.name: type(field.default) for field in dataclasses.fields(ChainConfig)}
+
+
+def typed(name: str, value):
+    """Setting ``name``'s ``value`` (``--set``'s text, or what YAML read) as its field's type. A yes/no setting
+    takes a YAML boolean or one of ``BOOLEANS``, anything else (``--set distill``, ``distill: maybe``) is an error,
+    never False; a number takes a number or its text (YAML reads ``2e-5`` as text), finite; text takes text.
+    (A YAML entry's quoted ``distill: "false"`` was the string, which counted as true: the stage ran.)"""
+    kind = KINDS[name]
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in BOOLEANS:
+            return BOOLEANS[value.strip().lower()]
+        raise ValueError(f"a yes/no setting takes one of {', '.join(BOOLEANS)}, got {value!r}")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"{name} takes text, got {value!r}")
+    wanted = f"{name} takes {'a whole number' if kind is int else 'a number'}, got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or kind is int and isinstance(value, float):
+        raise ValueError(wanted)
     try:
-        return BOOLEANS[value.strip().lower()]
-    except KeyError:
-        raise ValueError(f"--set {assignment}: a yes/no setting takes one of {', '.join(BOOLEANS)}") from None
+        number = kind(value)
+    except ValueError:
+        raise ValueError(wanted) from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +230,7 @@ def _spec(path: Path, name: str, entry) -> ChainSpec:
     if unknown:
         raise ValueError(f"{path}: chain {name!r}: unknown key(s) {', '.join(sorted(unknown))}")
     try:
-        config = ChainConfig(**settings)
+        config = ChainConfig(**{key: typed(key, value) for key, value in settings.items()})
         config.check_read(settings)
     except ValueError as error:
         raise ValueError(f"{path}: chain {name!r}: {error}") from None

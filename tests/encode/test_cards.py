@@ -113,5 +113,6 @@ def test_an_impact_beyond_a_java_int_is_refused_not_wrapped():
     rows = scipy.sparse.csr_matrix(np.array([[0.5, 0.0, 2.0], [0.0, 1.0, 0.25]], dtype=np.float32))
     assert impact_dicts(rows, ["a", "b", "c"], 100) == [{"a": 50, "c": 200}, {"b": 100, "c": 25}]
     assert impact_dicts(rows, ["a", "b", "c"], 1e9)[0]["c"] == 2_000_000_000 < LUCENE_MAX_IMPACT
-    with pytest.raises(ValueError, match=r"row 0: an OT weight times the card's scale 2000000000.0 is 4000000000.0, beyond"):
+    with pytest.raises(ValueError, match=r"row 0: an OT weight times the card's scale 2000000000.0 is 4000000000.0, "
+                                         r"beyond"):
         impact_dicts(rows, ["a", "b", "c"], 2e9)

@@ -30,9 +30,33 @@ def test_set_converts_each_field_to_its_type():
     for assignment in ("distill", "distill=", "distill=y", "distill=enabled"):  # never a silent False
         with pytest.raises(ValueError, match=rf"--set {assignment}: a yes/no setting takes one of 1, true"):
             ChainConfig().replace([assignment])
+    for assignment, message in (("lr=nan", "lr must be a finite number, got 'nan'"),
+                                ("steps=2.5", "steps takes a whole number, got '2.5'")):
+        with pytest.raises(ValueError, match=rf"--set {assignment}: {message}"):
+            ChainConfig().replace(["epochs=0", assignment])
     assert ChainConfig().replace(["group=1"]).group == 1  # stage 2 alone: in-batch negatives still train it
     with pytest.raises(ValueError, match="distill needs group >= 2"):  # the cross-encoder and distillation do not
         ChainConfig().replace(["group=1", "distill=true"])
+
+
+@pytest.mark.parametrize("setting, message", [
+    ('distill: "false"', None),  # the string "false" counted as true: distillation ran
+    ("distill: maybe", "a yes/no setting takes one of 1, true.*got 'maybe'"),
+    ("lr: 2e-5", None),  # YAML 1.1 reads it as text
+    ("lr: .nan", "lr must be a finite number, got nan"),
+    ("group: 8.0", "group takes a whole number, got 8.0"),
+    ("batch: true", "batch takes a whole number, got True"),
+    ("teacher: 12", "teacher takes text, got 12"),
+])
+def test_a_chain_entry_setting_is_read_as_its_fields_type(tmp_path, setting, message):
+    path = tmp_path / "chains.yaml"
+    path.write_text(f"chains:\n  mine:\n    dataset: nfcorpus\n    settings:\n      {setting}\n")
+    if message is not None:
+        with pytest.raises(ValueError, match=rf"chains.yaml: chain 'mine': {message}"):
+            load_chains(path)
+        return
+    config = load_chains(path)["mine"].config
+    assert (config.distill, config.lr) == (False, 2e-5 if "lr" in setting else ChainConfig().lr)
 
 
 def test_packaged_chains_override_the_defaults_they_name():
