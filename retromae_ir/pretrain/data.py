@@ -53,9 +53,13 @@ def iter_documents(path: str | Path) -> Iterator[tuple[str, str]]:
 def corpus_format(path: Path, first: tuple[int, str]) -> str:
     """"tsv" (an MS MARCO collection, by its name), "beir", "text" (a ``{"text"}`` JSONL) or "plain", from the name
     and the ``first`` (line number, line) of the file."""
-    if path.name.removesuffix(".gz").endswith(".tsv"):
+    name = path.name.removesuffix(".gz")
+    if name.endswith(".tsv"):
         return "tsv"
     record = _maybe_json(first[1])
+    if record is None and name.endswith((".json", ".jsonl")):  # read as plain text, every line braces and keys
+        raise CorpusError(f"{path}:{first[0]}: expected a JSON object (the file is named as JSON lines), got "
+                          f"{first[1].strip()!r:.80}")
     if record is None:
         return "plain"
     if "_id" in record:
@@ -97,7 +101,10 @@ def _iter_text_jsonl(path: Path) -> Iterator[tuple[str, str]]:
         record = _maybe_json(line)
         if record is None or not isinstance(record.get("text"), str):
             raise DataFormatError(f"{path}:{number}: expected a JSON object with a string 'text' field")
-        docid = str(record.get("id", record.get("_id", number)))
+        docid = record.get("id", record.get("_id", number))
+        if isinstance(docid, bool) or not isinstance(docid, (str, int)):  # null was the id "None", 4.0 "4.0"
+            raise DataFormatError(f"{path}:{number}: an id is a string or a whole number, got {docid!r}")
+        docid = str(docid)
         if docid in seen:
             raise DataFormatError(f"{path}:{number}: duplicate id {docid!r} (one document a line, each its own id; "
                                   f"a line without one is keyed by its line number)")

@@ -43,6 +43,26 @@ def test_jsonl_without_text_is_refused(tmp_path):
         list(iter_documents(tmp_path / "mixed.jsonl"))
 
 
+def test_a_json_lines_file_whose_first_line_is_not_json_is_refused(tmp_path):
+    """The format was guessed from line 1 alone: a torn or mis-escaped first record read the whole file as plain
+    text, every record a document of braces and keys keyed by its line number."""
+    bad = tmp_path / "corpus.jsonl"
+    bad.write_text('{"_id": "d1", "text": "cut off\n' + json.dumps({"_id": "d2", "text": "fine"}) + "\n")
+    with pytest.raises(CorpusError, match=r"corpus.jsonl:1: expected a JSON object \(the file is named as JSON"):
+        list(iter_documents(bad))
+    (tmp_path / "notes.txt").write_text('{"a": 1} is how a record looks\nsecond\n')  # plain text stays plain
+    assert [docid for docid, _ in iter_documents(tmp_path / "notes.txt")] == ["1", "2"]
+
+
+@pytest.mark.parametrize("value", ["null", "4.0", "true", "[1]"])
+def test_an_id_that_is_not_text_or_a_whole_number_is_refused(tmp_path, value):
+    """``str()`` made null the id "None" and 4.0 "4.0"."""
+    path = tmp_path / "text.jsonl"
+    path.write_text(f'{{"id": {value}, "text": "one"}}\n')
+    with pytest.raises(DataFormatError, match=r"text.jsonl:1: an id is a string or a whole number, got"):
+        list(iter_documents(path))
+
+
 def test_long_documents_become_ordered_segments(tmp_path, tokenizer):
     text = " ".join(f"word{i}" for i in range(40))
     (tmp_path / "c.txt").write_text(text + "\nshort\n")
