@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from retromae_ir.data.readers import DataFormatError, iter_lines
+from retromae_ir.data.readers import DataFormatError, iter_lines, plain_numeral
 from retromae_ir.io import atomic_write
 
 MAX_DEPTH = 1000
@@ -158,7 +158,7 @@ def _parse_line(path: Path, number: int, line: str) -> tuple[str, str, int, floa
                               f"got {len(fields)}: {line[:80]!r}")
     qid, _, docid, rank_text, score_text, tag = fields
     for name, text in (("rank", rank_text), ("score", score_text)):
-        if not text.isascii() or "_" in text:  # Python reads 1_5 as 15 and full-width digits; trec_eval's atof not
+        if not plain_numeral(text):
             raise DataFormatError(f"{path}:{number}: {name} {text!r} is not a number as trec_eval reads one")
     try:
         rank = int(rank_text)

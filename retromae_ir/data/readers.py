@@ -79,6 +79,9 @@ def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
             except UnicodeDecodeError as err:
                 raise DataFormatError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
             line = without_byte_order_mark(path, number, line.rstrip("\r\n"))
+            if "\r" in line:  # Python's text mode and Anserini's line reader end a line there: two records
+                raise DataFormatError(f"{path}:{number}: a carriage return inside the line, where other readers "
+                                      "end it (old Mac line endings, or a stray \\r in a text?); remove it")
             if line.strip():
                 yield number, line
 
@@ -134,7 +137,17 @@ def _split_tsv(path: Path, number: int, line: str, columns: int, what: str) -> l
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (category Cc)
+# invisible characters a copied or joined file carries into an id: the byte-order mark, the zero-width space, the
+# word joiner and the direction marks, embeddings and isolates. (Not every format character: the zero-width
+# (non-)joiners belong in some scripts' words, so in Wikipedia titles, which are FEVER's ids.)
+INVISIBLE = re.compile("[\ufeff\u200b\u2060\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 MAX_ID_BYTES = 32766  # Lucene's longest term (the docid is one), in UTF-8 bytes
+
+
+def plain_numeral(number: str) -> bool:
+    """Whether Python reads the text of a number as C's atoi and atof do (trec_eval's, SentEval's files' other
+    readers): not ``1_5`` (15 in Python), nor digits outside ASCII (full-width, Arabic-Indic)."""
+    return number.isascii() and "_" not in number
 
 
 def _check_token(path: Path, number: int, docid: str) -> None:
@@ -144,8 +157,9 @@ def _check_token(path: Path, number: int, docid: str) -> None:
     if len(docid.split()) != 1 or docid != docid.strip():
         raise DataFormatError(f"{path}:{number}: id {docid!r} holds whitespace (ids are single tokens in docid files "
                               "and TREC runs)")
-    if _CONTROL.search(docid):
-        raise DataFormatError(f"{path}:{number}: id {docid!r} holds a control character")
+    if _CONTROL.search(docid) or not docid.isascii() and INVISIBLE.search(docid):
+        raise DataFormatError(f"{path}:{number}: id {docid!r} holds a control or invisible formatting character "
+                              "(it would match no id typed or written without it)")
     if len(docid.encode("utf-8")) > MAX_ID_BYTES:  # the indexer left the rest of the collection out, exit 0
         raise DataFormatError(f"{path}:{number}: id {docid[:40]!r}... is {len(docid.encode('utf-8'))} bytes, over "
                               f"Lucene's {MAX_ID_BYTES}-byte term limit")
@@ -233,6 +247,7 @@ def _iter_jsonl_pairs(path: Path, id_keys: tuple[str, ...], text_keys: tuple[str
 # --- qrels -----------------------------------------------------------------------------------------------------
 
 _BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def iter_qrels(path: PathLike) -> Iterator[tuple[str, str, int]]:
@@ -255,10 +270,11 @@ def iter_qrels(path: PathLike) -> Iterator[tuple[str, str, int]]:
         qid, docid = qid.strip(), docid.strip()
         if not qid or not docid:
             raise DataFormatError(f"{path}:{number}: empty query or document id in {line[:80]!r}")
-        try:
-            relevance = int(label)
-        except ValueError:
-            raise DataFormatError(f"{path}:{number}: relevance {label.strip()!r} is not an integer") from None
+        _check_token(path, number, qid)  # a judgement of an id with a hidden character counted as never retrieved
+        _check_token(path, number, docid)
+        if not _INTEGER.fullmatch(label.strip()):  # int() read 1_0 as 10 and non-ASCII digits; trec_eval's atoi not
+            raise DataFormatError(f"{path}:{number}: relevance {label.strip()!r} is not an integer")
+        relevance = int(label)
         if (qid, docid) in seen:
             raise DataFormatError(f"{path}:{number}: duplicate judgement for query {qid!r}, document {docid!r}")
         seen.add((qid, docid))

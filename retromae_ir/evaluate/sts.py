@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from retromae_ir.data.readers import DataFormatError, without_byte_order_mark
+from retromae_ir.data.readers import DataFormatError, plain_numeral, without_byte_order_mark
 from retromae_ir.io import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def _text_lines(path: Path) -> list[str]:
 
 def _score(path: Path, line: int, value: str, what: str = "gold score") -> float:
     try:
-        number = float(value)
+        number = float(value) if plain_numeral(value) else math.nan  # 1_5 was 15.0
     except ValueError:
         number = math.nan
     if not math.isfinite(number):

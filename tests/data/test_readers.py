@@ -46,7 +46,7 @@ def test_beir_corpus_reads_fields_and_int_ids(tmp_path):
     ('["a", "x"]\n', 1, "expected a JSON object, got list"),
     ('{"_id": "a", "text": "x"}\n{"_id": "b\\rc", "text": "x"}\n', 2, "id 'b\\rc' holds whitespace"),
     ('{"_id": "a b", "text": "x"}\n', 1, "id 'a b' holds whitespace"),
-    ('{"_id": "d1\\u0000", "text": "x"}\n', 1, "id 'd1\\x00' holds a control character"),  # came back as "d1"
+    ('{"_id": "d1\\u0000", "text": "x"}\n', 1, "id 'd1\\x00' holds a control or invisible formatting character"),  # came back as "d1"
     ('{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n{"_id": "a", "text": "z"}\n', 3, "duplicate id 'a'"),
 ])
 def test_beir_corpus_bad_lines_name_file_and_line(tmp_path, content, line, message):
@@ -106,6 +106,13 @@ def test_qrels_beir_tsv_without_header(tmp_path):
     ("q1 0 d1 1\nq2 0 d1 1\nq1 0 d1 0\n", 3, "duplicate judgement for query 'q1', document 'd1'"),
     ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n", 3, "expected BEIR qrels"),
     ("q1\td1\t1\n\td2\t1\n", 2, "empty query or document id"),
+    # int() read these as 10 and 3, trec_eval's atoi as 1 and 0
+    ("q1 0 d1 1\nq1 0 d2 1_0\n", 2, "relevance '1_0' is not an integer"),
+    ("q1 0 d1 1\nq1 0 d2 \u0663\n", 2, "relevance '\u0663' is not an integer"),
+    # judged ids with a hidden character: relevant documents no run could retrieve
+    ("q1\td1\t1\nq1\t\ufeffd2\t1\n", 2, "id '\\ufeffd2' holds a control or invisible formatting character"),
+    ("q1 0 d1 1\nq\u200b2 0 d2 1\n", 2, "id 'q\\u200b2' holds a control or invisible formatting character"),
+    ("q1 0 d1 1\nq2 0 d\x002 1\n", 2, "id 'd\\x002' holds a control or invisible formatting character"),
 ])
 def test_qrels_bad_lines(tmp_path, content, line, message):
     path = write(tmp_path / "qrels.txt", content)
@@ -134,8 +141,8 @@ def test_msmarco_collection_and_queries(tmp_path):
     ("0\tok\n0\tagain\n", 2, "duplicate id '0'"),
     ("pid\tpassage\n0\tok\n", 1, "'pid' in the id column is a header line"),
     ("\n  \npid\tpassage\n0\tok\n", 3, "'pid' in the id column is a header line"),  # after blank lines too
-    ("0\tok\n7\r8\tx\n", 2, "id '7\\r8' holds whitespace"),
-    ("0\tok\n7\x008\tx\n", 2, "id '7\\x008' holds a control character"),
+    ("0\tok\n7\r8\tx\n", 2, "a carriage return inside the line"),
+    ("0\tok\n7\x008\tx\n", 2, "id '7\\x008' holds a control or invisible formatting character"),
     ("0\tok\n7 \tx\n", 2, "pid '7 ' has spaces around it"),
 ])
 def test_msmarco_collection_bad_lines(tmp_path, content, line, message):
@@ -217,6 +224,27 @@ def test_a_byte_order_mark_inside_a_file_is_an_error(tmp_path, reader, content):
     path = write(tmp_path / "joined.tsv", content.encode("utf-8"))
     with pytest.raises(DataFormatError, match=r"joined\.tsv:2: a byte-order mark starts this line"):
         reader(path)
+
+
+def test_a_zero_width_character_in_a_corpus_id_is_an_error(tmp_path):
+    path = write(tmp_path / "corpus.jsonl", '{"_id": "d1", "text": "a"}\n{"_id": "d2\u200b", "text": "b"}\n')
+    with pytest.raises(DataFormatError, match=r"corpus\.jsonl:2: id 'd2\\u200b' holds a control or invisible"):
+        list(iter_beir_corpus(path))
+    assert [d.docid for d in iter_beir_corpus(write(tmp_path / "ok.jsonl", '{"_id": "caf\u00e9", "text": "a"}\n'))] \
+        == ["caf\u00e9"]
+
+
+@pytest.mark.parametrize("reader, content", [
+    (load_topics, "q1\talpha\rq2\tbeta\r\n"),
+    (lambda path: list(iter_msmarco_collection(path)), "1\ta\n2\tb\r3\tc\n"),
+])
+def test_a_carriage_return_inside_a_line_is_an_error(tmp_path, reader, content):
+    """Python's text mode and Anserini end a line at a lone carriage return: query q2 was read into q1's text, and
+    passage 3 into passage 2."""
+    path = write(tmp_path / "old-mac.tsv", content)
+    with pytest.raises(DataFormatError, match=r"old-mac\.tsv:\d: a carriage return inside the line"):
+        reader(path)
+    assert load_topics(write(tmp_path / "crlf.tsv", "q1\talpha\r\nq2\tbeta\r\n")) == {"q1": "alpha", "q2": "beta"}
 
 
 def test_a_trec_topic_left_open_at_the_end_is_an_error_not_a_topic_fewer(tmp_path):

@@ -92,6 +92,7 @@ def test_senteval_reader_keeps_the_first_two_columns_and_trailing_blank_gold(tmp
     ("a\tb\nno tab here\n", "1\n2\n", "STS.input.x.txt:2:", "expected two tab-separated sentences"),
     ("a\tb\nc\td\n", "1\nfive\n", "STS.gs.x.txt:2:", "'five' is not a finite number"),
     ("a\tb\nc\td\n", "1\nnan\n", "STS.gs.x.txt:2:", "is not a finite number"),
+    ("a\tb\nc\td\n", "1\n1_5\n", "STS.gs.x.txt:2:", "'1_5' is not a finite number"),  # float() read 15.0
     ("a\tb\nc\td\n", "1\n", "STS.gs.x.txt:", "1 lines, but"),
 ])
 def test_senteval_reader_names_file_and_line(tmp_path, input_text, gold_text, where, says):
