@@ -68,6 +68,7 @@ def load_side_texts(path: str | Path, sep_token: str) -> SideTexts:
     if not path.is_file():
         raise SideTextError(f"side-text file not found: {path}")
     texts: dict[tuple[str, int | None], dict[str, str]] = {}
+    lines: dict[tuple[str, int | None], int] = {}
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if line.strip():
@@ -75,6 +76,11 @@ def load_side_texts(path: str | Path, sep_token: str) -> SideTexts:
                 if entry is None:
                     raise DataFormatError(f"{path}:{number}: expected {{\"id\": str, [\"segment\": int,] \"queries\": "
                                           f"[str], \"continuation\": str}} (generate.py output)")
+                if unit in lines:  # the last record won, the first one's texts lost (1 and "1" are one id)
+                    raise DataFormatError(f"{path}:{number}: a second record of id {unit[0]!r}"
+                                          f"{'' if unit[1] is None else f', segment {unit[1]}'} (the first on line "
+                                          f"{lines[unit]}); one record a document or segment")
+                lines[unit] = number
                 texts[unit] = entry
     kinds = {segment is None for _, segment in texts}
     if len(kinds) > 1:
@@ -92,7 +98,9 @@ def _side_entry(line: str, sep_token: str) -> tuple[tuple[str, int | None], dict
     if not isinstance(record, dict):
         return ("", None), None
     queries, continuation, segment = record.get("queries", []), record.get("continuation", ""), record.get("segment")
-    if ("id" not in record or not isinstance(continuation, str) or not isinstance(queries, list)
+    docid = record.get("id")
+    if (isinstance(docid, bool) or not isinstance(docid, (str, int)) or not isinstance(continuation, str)
+            or not isinstance(queries, list)
             or not all(isinstance(q, str) for q in queries)
             or not is_segment(segment)):
         return ("", None), None
@@ -101,7 +109,7 @@ def _side_entry(line: str, sep_token: str) -> tuple[tuple[str, int | None], dict
         entry["dor"] = f" {sep_token} ".join(q.strip() for q in queries if q.strip())
     if continuation.strip():
         entry["gor"] = continuation.strip()
-    return (str(record["id"]), segment), entry
+    return (str(docid), segment), entry
 
 
 def check_side_texts(path: str | Path, corpus: str | Path, model: str | None = None,

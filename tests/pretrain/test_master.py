@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -314,13 +315,30 @@ def test_cli_trains_master(tmp_path, tiny_bert_dir, stats_file, side_file, monke
 
 
 @pytest.mark.parametrize("line", ['{"queries": ["q"]}', '{"id": "a", "queries": "q"}', '{"id": "a", "queries": [1]}',
-                                  '{"id": "a", "continuation": 3}', '["a"]', '{"id": "a", "queries": ["q"'])
+                                  '{"id": "a", "continuation": 3}', '["a"]', '{"id": "a", "queries": ["q"',
+                                  '{"id": null, "queries": ["q"]}', '{"id": 1.5, "queries": ["q"]}'])
 def test_malformed_side_texts_name_the_line(tmp_path, line):
     from retromae_ir.data.readers import DataFormatError
 
     path = tmp_path / "side.jsonl"
     path.write_text('{"id": "ok", "queries": ["q"]}\n\n' + line + "\n")
     with pytest.raises(DataFormatError, match=r"side.jsonl:3: expected"):
+        load_side_texts(path, "[SEP]")
+
+
+@pytest.mark.parametrize("first, second, says", [
+    ('{"id": "a", "queries": ["q1"]}', '{"id": "a", "continuation": "c"}', "a second record of id 'a' (the first"),
+    ('{"id": 7, "queries": ["q1"]}', '{"id": "7", "queries": ["q2"]}', "a second record of id '7' (the first"),
+    ('{"id": "a", "segment": 0, "queries": ["q"]}', '{"id": "a", "segment": 0, "queries": ["r"]}',
+     "a second record of id 'a', segment 0 (the first on line 1)"),
+])
+def test_a_document_with_two_side_text_records_is_refused(tmp_path, first, second, says):
+    """The last record won silently: the first one's queries (or continuation) were lost."""
+    from retromae_ir.data.readers import DataFormatError
+
+    path = tmp_path / "side.jsonl"
+    path.write_text(f"{first}\n{second}\n")
+    with pytest.raises(DataFormatError, match=rf"side.jsonl:2: {re.escape(says)}"):
         load_side_texts(path, "[SEP]")
 
 
