@@ -49,8 +49,9 @@ def ot_vector(logits: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
 
 
 def bow_loss(ot: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Eq. 8 (averaged over the set, see module doc), mean over the rows with a target and a pooled position."""
-    valid = (target.sum(-1) > 0) & torch.isfinite(ot).all(-1)
+    """Eq. 8 (averaged over the set, see module doc), mean over the rows with a target and a pooled position (a row
+    without one is -inf throughout; a NaN row stays, so a diverged model's loss is nan, not a bow of 0)."""
+    valid = (target.sum(-1) > 0) & ~torch.isneginf(ot).all(-1)
     if not bool(valid.any()):
         return ot.nan_to_num(0.0, 0.0, 0.0).sum() * 0.0
     ot, target = ot[valid], target[valid]

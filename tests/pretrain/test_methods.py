@@ -11,7 +11,7 @@ from retromae_ir.pretrain.arguments import MaskingArguments
 from retromae_ir.pretrain.base import DECODERS_FILE, CheckpointError
 from retromae_ir.pretrain.collate import Segment
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
-from retromae_ir.pretrain.dupmae import DupMAEArguments, bow_target, ot_vector
+from retromae_ir.pretrain.dupmae import DupMAEArguments, bow_loss, bow_target, ot_vector
 
 from pretrain_helpers import sentence
 
@@ -33,6 +33,15 @@ def test_ot_vector_max_pools_only_the_chosen_positions():
     logits = torch.tensor([[[9.0, 0.0], [1.0, 2.0], [3.0, -1.0], [7.0, 7.0]]])  # [1, L=4, V=2]
     pool = torch.tensor([[False, True, True, False]])
     assert ot_vector(logits, pool).tolist() == [[3.0, 2.0]]
+
+
+def test_bow_loss_skips_rows_without_a_pooled_position_but_not_nan_rows():
+    ot = torch.tensor([[1.0, 2.0, 0.0], [float("-inf")] * 3])
+    target = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    expected = -(0.5 * torch.log_softmax(ot[0], -1)[:2]).sum()
+    assert torch.allclose(bow_loss(ot, target), expected)
+    ot[1] = float("nan")  # a diverged model's row: counted, so the loss says so (it was dropped: a finite bow)
+    assert torch.isnan(bow_loss(ot, target))
 
 
 @pytest.mark.parametrize("method", ["retromae", "dupmae"])
