@@ -17,7 +17,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retromae_ir.data.readers import iter_corpus
-from retromae_ir.io import atomic_dir, atomic_write, check_unchanged, claim_output, file_digest
+from retromae_ir.io import (atomic_dir, atomic_write, check_read_unchanged, check_unchanged, claim_output,
+                            file_digest)
 from retromae_ir.lucene_indexer import build_lucene_index
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ def _build_index(corpus: Path, index_dir: Path, threads: int) -> tuple[Path, str
         else:
             with atomic_dir(index_dir) as tmp:
                 _index_collection(corpus, tmp, threads, fingerprint)
+                check_read_unchanged(corpus, fingerprint["sha256"], "it was indexed")  # else kept under its digest
         return index_dir, (index_dir / MANIFEST).read_text()
 
 

@@ -268,6 +268,19 @@ class OutputReplacedError(RuntimeError):
     """Another process replaced a folder between its check under the lock and its opening (``check_unchanged``)."""
 
 
+class InputChangedError(RuntimeError):
+    """An input (a corpus, a checkpoint's files) changed while this process read it (``check_read_unchanged``)."""
+
+
+def check_read_unchanged(path: str | os.PathLike, digest: str, what: str) -> None:
+    """Refuse ``path`` when its bytes are no longer the ones ``digest`` was taken of before ``what`` read them: what
+    was read may be the other version, and would be kept (a cache, an index, a key) under this digest. A stat when
+    the file is untouched (:func:`file_digest` remembers it)."""
+    if file_digest(path) != digest:
+        raise InputChangedError(f"{path} changed while {what}: what was read may be either version, so none of it is "
+                                "kept; run again once the file is settled")
+
+
 def lock_path(output: str | os.PathLike) -> Path:
     """``.<name>.lock`` beside the output: outside it, so replacing the output directory keeps the lock."""
     target = Path(output).resolve()
@@ -325,9 +338,9 @@ def cache_dir(part: str) -> Path:
 
 # What a user can fix, as opposed to a bug: bad arguments or input (``ValueError``: DataFormatError, CardError,
 # IndexMismatchError, TrainerError ...), a file that is missing, unreadable or unwritable, another writer.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OutputLockedError, OutputReplacedError, FileNotFoundError,
-                                                PermissionError, IsADirectoryError, NotADirectoryError,
-                                                FileExistsError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OutputLockedError, OutputReplacedError, InputChangedError,
+                                                FileNotFoundError, PermissionError, IsADirectoryError,
+                                                NotADirectoryError, FileExistsError)
 EXIT_USER_ERROR = 2
 DEBUG_ENV = "RETROMAE_IR_DEBUG"
 _debug: contextvars.ContextVar[bool | None] = contextvars.ContextVar("retromae_ir_debug", default=None)

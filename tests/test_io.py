@@ -180,7 +180,8 @@ def test_a_hub_checkpoint_is_keyed_by_its_cached_revision(tmp_path, monkeypatch)
     assert artifact_digest(Path("someone/reranker")) == new  # the chain's soft-label stage input
     scored = tmp_path / "mined.jsonl"
     scored.write_text("")
-    model = SimpleNamespace(args=SimpleNamespace(model="someone/reranker", max_length=256), device="cpu")
+    model = SimpleNamespace(args=SimpleNamespace(model="someone/reranker", max_length=256), device="cpu",
+                            weights_key=None)
     assert score_key(model, SimpleNamespace(input=str(scored), corpus=None, batch_size=64, chunk_queries=64))["model_weights"] == new
     local = tmp_path / "local"
     local.mkdir()

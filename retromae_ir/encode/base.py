@@ -22,6 +22,7 @@ from retromae_ir.encode.batching import length_batches, token_budget
 from retromae_ir.encode.cards import CardError, EncoderCard, load_card
 from retromae_ir.encode.representation import check_lucene_terms, dense_representation
 from retromae_ir.hardware import bf16_is_fast
+from retromae_ir.io import InputChangedError
 from retromae_ir.truncation import check_max_length
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,9 @@ class EncoderModel(torch.nn.Module):
             model = MODEL_CLASSES[card.kind].from_checkpoint(card)
         except OSError as error:  # transformers' message names neither the card nor what it tried to load
             raise CardError(f"card {card.name!r}: cannot load checkpoint {card.checkpoint!r}: {error}") from error
+        if local and card.checkpoint_digests() != digests:  # trained again in place meanwhile: which was loaded?
+            raise InputChangedError(f"card {card.name!r}: checkpoint {card.checkpoint_path()} changed while it was "
+                                    "loaded; run again once it is settled")
         model.loaded_digests = digests if local else card.checkpoint_digests()
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = model.to(device).eval()

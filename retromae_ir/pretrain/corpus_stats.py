@@ -34,7 +34,7 @@ from typing import Sequence
 from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, command
-from retromae_ir.io import OutputLockedError, claim_output, command_errors
+from retromae_ir.io import OutputLockedError, check_read_unchanged, claim_output, command_errors
 from retromae_ir.io import cache_dir as io_cache_dir
 from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.data import CorpusError, iter_documents, reader_version
@@ -151,6 +151,7 @@ def count_statistics(corpus: str | Path, tokenizer, name: str, key: StatsKey, li
     documents = tqdm(iter_documents(corpus), total=lines, desc=f"corpus statistics {Path(corpus).name}", unit="doc")
     with contextlib.closing(documents):
         stats = count_corpus((text for _, text in documents), tokenizer, name, batch_size)
+    check_read_unchanged(corpus, key.corpus_sha256, "its statistics were counted")  # else kept under the old key
     stats.key = key.stored()
     return stats
 

@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from retromae_ir.data.readers import DataFormatError, iter_beir_corpus, iter_lines, iter_msmarco_collection, joined
-from retromae_ir.io import atomic_write, file_digest
+from retromae_ir.io import atomic_write, check_read_unchanged, file_digest
 from retromae_ir.pretrain.collate import Segment
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ def check_maskable(segments: SegmentTable, ratio: float, corpus: str | Path) -> 
 def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Path | None = None) -> SegmentTable:
     """Segments from ``cache`` when it was built from this corpus, tokenizer and max length; else tokenise
     (and write the cache when one is named)."""
-    key = _cache_key(path, tokenizer, max_length) if cache is not None else None  # hashes the corpus: only for a cache
+    key, digest = _cache_key(path, tokenizer, max_length) if cache is not None else (None, None)  # hashes the corpus
     if cache is not None and Path(cache).is_file():
         cached = _read_cache(Path(cache), key)
         if cached is not None:
@@ -217,22 +217,25 @@ def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Pat
         log.warning("tokenised cache %s was built from other inputs; rebuilding it", cache)
     segments = tokenize_corpus(path, tokenizer, max_length)
     if cache is not None:
+        check_read_unchanged(path, digest, "it was tokenised")  # else cached under the old corpus's key
         _write_cache(Path(cache), key, segments)
     return segments
 
 
-def _cache_key(path: str | Path, tokenizer, max_length: int) -> str:
+def _cache_key(path: str | Path, tokenizer, max_length: int) -> tuple[str, str]:
+    """The cache's key, and the corpus digest in it."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"corpus file not found: {path}")
+    digest = file_digest(path)
     from retromae_ir.pretrain.corpus_stats import tokenizer_fingerprint
 
     # the corpus's bytes (not its path and mtime: a same-size edit copied with its mtime is another corpus) and the
     # tokenizer's vocabulary, added tokens, normaliser and pre-tokeniser; and how the file is read (a collection.tsv
     # copied to .txt is read as plain lines, pid and tab included)
-    parts = [str(CACHE_VERSION), file_digest(path), str(file_format(path)), str(max_length),
+    parts = [str(CACHE_VERSION), digest, str(file_format(path)), str(max_length),
              type(tokenizer).__name__, tokenizer_fingerprint(tokenizer)]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest(), digest
 
 
 def _write_cache(cache: Path, key: str, table: SegmentTable) -> None:

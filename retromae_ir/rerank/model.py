@@ -16,7 +16,7 @@ import torch
 from retromae_ir.cli import check_at_least_one
 from retromae_ir.finetune.data import TrainExample, sample_group
 from retromae_ir.finetune.losses import listwise_loss
-from retromae_ir.io import atomic_write
+from retromae_ir.io import InputChangedError, atomic_write, cached_checkpoint_key, checkpoint_key
 from retromae_ir.packaged import default_model
 from retromae_ir.truncation import check_max_length
 
@@ -76,6 +76,7 @@ class CrossEncoder(torch.nn.Module):
         super().__init__()
         tokenizer.padding_side = "right"  # BERT's classification head reads position 0, never a pad
         self.model, self.tokenizer, self.args, self.group_size = model, tokenizer, args, group_size
+        self.weights_key = None  # the checkpoint's files as loaded (load): what its scores are keyed by
         check_max_length(tokenizer, args.max_length, "--max-length", pair=True)
 
     @classmethod
@@ -90,13 +91,20 @@ class CrossEncoder(torch.nn.Module):
         if args.max_length is None:
             args = replace(args, max_length=trained_max_length(path))
         torch.manual_seed(seed)  # a new classification head is drawn from the global RNG
+        before = checkpoint_key(path) if Path(str(path)).is_dir() else None  # a hub name's: after it is fetched
         model, info = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32,
                                                                           output_loading_info=True)
+        weights_key = cached_checkpoint_key(path)
+        if before is not None and weights_key != before:
+            raise InputChangedError(f"{path} changed while it was loaded (trained again in place?); run again once "
+                                    "it is settled")
         if trained and info["missing_keys"]:
             raise ValueError(f"{path} is not a trained cross-encoder: its classification head would be new "
                              f"({', '.join(sorted(info['missing_keys']))} missing); score with the output of "
                              f"`python -m retromae_ir.rerank train` or another cross-encoder checkpoint")
-        return cls(model, AutoTokenizer.from_pretrained(path), args, group_size)
+        loaded = cls(model, AutoTokenizer.from_pretrained(path), args, group_size)
+        loaded.weights_key = weights_key
+        return loaded
 
     def make_collator(self) -> PairCollator:
         return PairCollator(self.tokenizer, self.group_size, self.args.max_length)

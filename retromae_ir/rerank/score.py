@@ -23,7 +23,8 @@ from retromae_ir.cli import check_at_least_one
 from retromae_ir.data.readers import iter_lines
 from retromae_ir.finetune.data import FLOAT32_MAX, check_made_from, load_passages, read_jsonl_examples
 from retromae_ir.logs import log_beside
-from retromae_ir.io import as_stored, cached_checkpoint_key, file_digest, key_path, read_key, write_key
+from retromae_ir.io import (InputChangedError, as_stored, cached_checkpoint_key, file_digest, key_path, read_key,
+                            write_key)
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,11 @@ def score_key(model, args: ScoreArguments) -> dict:
     hold scores of two roundings), the batching (a pair padded to another length rounds otherwise too), the input
     and corpus bytes, and the format (2: every listed negative scored; a partial file of format 1 skipped a negative
     repeating a positive, and its scores would be misaligned with the record)."""
-    return {"format": 2, "model_weights": cached_checkpoint_key(model.args.model),
+    weights = cached_checkpoint_key(model.args.model)
+    if model.weights_key is not None and weights != model.weights_key:  # the scores come from the loaded weights
+        raise InputChangedError(f"{model.args.model} changed since it was loaded (trained again in place?): the "
+                                "scores would be keyed by other weights than those that made them; run again")
+    return {"format": 2, "model_weights": weights,
             "max_length": model.args.max_length, "device": torch.device(model.device).type,
             "batching": {"batch_size": args.batch_size, "chunk_queries": args.chunk_queries},
             "input_sha256": file_digest(args.input),

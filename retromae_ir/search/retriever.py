@@ -9,7 +9,7 @@ from pathlib import Path
 from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST, reusable_manifest
 from retromae_ir.encode.representation import ENCODING_VERSION
-from retromae_ir.io import check_unchanged, claim_output, file_digest
+from retromae_ir.io import check_read_unchanged, check_unchanged, claim_output, file_digest
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class EncoderRetriever:
                 logger.info("reusing %s index %s", self.card.name, index_dir)
             else:
                 docids, texts = read_corpus(corpus)
+                check_read_unchanged(corpus, digests["corpus_sha256"], "it was read")  # else indexed under its digest
                 folder = encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
                 merge(index_dir, self.card, self.model.vocab, threads=self.threads, work=folder.parent,
                       extra={"corpus": str(corpus), "bf16": self.model.bf16, **digests}, lucene=self.lucene)

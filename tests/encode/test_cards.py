@@ -116,3 +116,29 @@ def test_an_impact_beyond_a_java_int_is_refused_not_wrapped():
     with pytest.raises(ValueError, match=r"row 0: an OT weight times the card's scale 2000000000.0 is 4000000000.0, "
                                          r"beyond"):
         impact_dicts(rows, ["a", "b", "c"], 2e9)
+
+
+def test_a_checkpoint_trained_again_while_it_loads_is_refused(tiny_bert_dir, tmp_path, monkeypatch):
+    """Its files were hashed before the load: the index or run was keyed by the files read before, while holding
+    vectors of the ones loaded."""
+    import shutil
+
+    import yaml
+
+    from retromae_ir.encode import MODEL_CLASSES, EncoderModel
+    from retromae_ir.io import InputChangedError
+
+    checkpoint = shutil.copytree(tiny_bert_dir, tmp_path / "checkpoint")
+    card = tmp_path / "tiny.yaml"
+    card.write_text(yaml.safe_dump({"checkpoint": str(checkpoint), "kind": "dupmae", "dims": 32, "k": 8}))
+    assert EncoderModel.from_card(card, device="cpu").loaded_digests  # settled: loads
+    original = MODEL_CLASSES["dupmae"].from_checkpoint
+
+    def load_then_train_again(loaded_card):
+        model = original(loaded_card)
+        (checkpoint / "config.json").write_text((checkpoint / "config.json").read_text() + "\n")
+        return model
+
+    monkeypatch.setattr(MODEL_CLASSES["dupmae"], "from_checkpoint", load_then_train_again)
+    with pytest.raises(InputChangedError, match=r"checkpoint .*checkpoint changed while it was loaded"):
+        EncoderModel.from_card(card, device="cpu")

@@ -379,3 +379,21 @@ def test_a_cross_encoder_scoring_nan_writes_nothing(cross_encoder, tmp_path, mon
     assert not (tmp_path / "scored.jsonl").exists()
     partial = tmp_path / "scored.jsonl.partial"
     assert not partial.exists() or partial.read_text() == ""
+
+
+def test_a_cross_encoder_trained_again_in_place_after_its_load_is_refused(cross_encoder, tiny_bert_dir, tmp_path):
+    """The weights were keyed minutes after the load (after the corpus was read): scores of the loaded weights were
+    keyed as the new ones, and a resumed partial file then mixed two teachers' scores."""
+    import shutil
+
+    from retromae_ir.io import InputChangedError
+
+    folder = tmp_path / "ce"
+    cross_encoder.save(folder, {})
+    loaded = CrossEncoder.load(CrossEncoderArguments(str(folder), max_length=32), trained=True)
+    corpus, source = write_inputs(tmp_path)
+    args = ScoreArguments(str(source), str(tmp_path / "scored.jsonl"), str(corpus))
+    shutil.copy(tiny_bert_dir / "config.json", folder / "config.json")  # another training's files in its place
+    with pytest.raises(InputChangedError, match=r"ce changed since it was loaded"):
+        score_file(loaded, args)
+    assert not (tmp_path / "scored.jsonl").exists()

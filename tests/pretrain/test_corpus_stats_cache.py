@@ -190,3 +190,21 @@ def test_only_corpora_read_otherwise_since_counted_get_a_new_key(tokenizer, tmp_
     assert "reader" not in StatsKey.of(beir, sha, tokenizer).stored()
     assert StatsKey.of(text, sha, tokenizer).stored()["reader"] == 4
     assert StatsKey.of(text, sha, tokenizer).digest != StatsKey.of(beir, sha, tokenizer).digest
+
+
+def test_a_corpus_replaced_while_it_is_counted_keeps_no_statistics(tokenizer, corpus, cache, monkeypatch):
+    """The key was hashed before the count read the file: the other corpus's statistics were kept under this one's
+    key, and a later run on this corpus reused them."""
+    from retromae_ir.io import InputChangedError
+
+    count = corpus_stats.count_corpus
+
+    def count_then_replace(*args, **kwargs):
+        stats = count(*args, **kwargs)
+        write_corpus(corpus.with_name("other.jsonl"), docs=3, length=5).replace(corpus)
+        return stats
+
+    monkeypatch.setattr(corpus_stats, "count_corpus", count_then_replace)
+    with pytest.raises(InputChangedError, match=r"corpus.jsonl changed while its statistics were counted"):
+        ensure_corpus_stats(corpus, tokenizer, "tiny")
+    assert not stats_files(corpus.parent) and not stats_files(cache)

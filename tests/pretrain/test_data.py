@@ -63,6 +63,27 @@ def test_an_id_that_is_not_text_or_a_whole_number_is_refused(tmp_path, value):
         list(iter_documents(path))
 
 
+def test_a_corpus_edited_while_it_is_tokenised_is_not_cached(tmp_path, tokenizer, monkeypatch):
+    """The cache's key was hashed before the tokeniser read the file: the edited corpus's segments were cached under
+    the old one's key, and a run on the old corpus loaded them."""
+    from retromae_ir.io import InputChangedError
+    from retromae_ir.pretrain import data
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("first words here\nsecond line\n")
+    tokenize = data.tokenize_corpus
+
+    def tokenize_then_edit(*args, **kwargs):
+        segments = tokenize(*args, **kwargs)
+        corpus.write_text("completely different words here\n")
+        return segments
+
+    monkeypatch.setattr(data, "tokenize_corpus", tokenize_then_edit)
+    with pytest.raises(InputChangedError, match=r"c.txt changed while it was tokenised"):
+        load_segments(corpus, tokenizer, 12, cache=tmp_path / "cache.npz")
+    assert not (tmp_path / "cache.npz").exists()
+
+
 def test_long_documents_become_ordered_segments(tmp_path, tokenizer):
     text = " ".join(f"word{i}" for i in range(40))
     (tmp_path / "c.txt").write_text(text + "\nshort\n")
