@@ -60,10 +60,15 @@ class StageFailed(RuntimeError):
 def command(*args: str, log_file: Path) -> None:
     """Run ``python -m ...``, output appended to ``log_file``; a failure stops the chain naming the log."""
     log.info("running: %s", " ".join(args))
+    status = spawn(args, log_file)
+    if status != 0:
+        raise StageFailed(f"{args[0]} failed (exit {status}); see {log_file}")
+
+
+def spawn(args: Sequence[str], log_file: Path) -> int:
+    """``python -m ARGS`` in a new interpreter, its output appended to ``log_file``; its exit status."""
     with open(log_file, "a") as handle:
-        done = subprocess.run([sys.executable, "-m", *args], stdout=handle, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        raise StageFailed(f"{args[0]} failed (exit {done.returncode}); see {log_file}")
+        return subprocess.run([sys.executable, "-m", *args], stdout=handle, stderr=subprocess.STDOUT).returncode
 
 
 def grad_cache_flags(config: ChainConfig, group: int) -> list[str]:

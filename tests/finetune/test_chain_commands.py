@@ -61,3 +61,15 @@ def test_distillation_is_masked_only_with_a_contrastive_term(tmp_path, monkeypat
     assert stage2.get("mask_false_negatives") is True and bool(distill.get("mask_false_negatives")) is masked
     LossArguments(stage="distill", **{k: float(v) if k.endswith("weight") else v for k, v in distill.items()
                                       if k in ("mask_false_negatives", "dense_loss_weight", "sparse_loss_weight")})
+
+
+def test_a_stage_command_runs_in_its_own_interpreter_and_a_failure_names_its_log(tmp_path):
+    """What test_chain_tiny.py runs in its own process: ``python -m`` in a new interpreter, its output appended to
+    the chain's commands.log."""
+    log = tmp_path / "commands.log"
+    log.write_text("earlier\n")
+    stages.command("retromae_ir.mkl_shim", "--help", log_file=log)
+    assert log.read_text().startswith("earlier\nusage: python -m retromae_ir.mkl_shim")
+    with pytest.raises(stages.StageFailed, match=rf"retromae_ir.mkl_shim failed \(exit 2\); see {log}"):
+        stages.command("retromae_ir.mkl_shim", "--no-such-flag", log_file=log)
+    assert "unrecognized arguments: --no-such-flag" in log.read_text()

@@ -1,10 +1,18 @@
 """python -m retromae_ir.chain end to end on a tiny random DupMAE and a 50-document slice of scifact: every stage of both
 chains runs through the project's CLIs, the baselines and stages are searched over the same judged sub-corpus,
-and a second run skips everything that is done."""
+and a second run skips everything that is done.
+
+The stages' commands run in this process (:func:`in_process`), each module as ``python -m`` runs it: a new
+interpreter spent most of each stage importing torch and transformers, about two minutes of this test.
+``tests/finetune/test_chain_commands.py`` checks that the chain spawns each in a new interpreter."""
 from __future__ import annotations
 
 import json
+import logging
+import runpy
 import shutil
+import sys
+import warnings
 from pathlib import Path
 from unittest import mock
 
@@ -51,6 +59,37 @@ def folder(shared_data, tmp_path_factory):
         (out / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
             f"{q}\t{d}\t{s}\n" for q in qids for d, s in qrels[q].items()))
     return out
+
+
+def in_process(args: list[str], log_file: Path) -> int:
+    """``stages.spawn`` without a new interpreter: ``python -m MODULE ARGS`` as runpy runs it, returning its exit
+    status, its argv appended to ``log_file`` (what the test counts), and the logging it set up undone (a
+    command's ``setup_logging`` replaces the root handlers, chain.log's among them)."""
+    with open(log_file, "a") as handle:
+        handle.write(" ".join(args) + "\n")
+    loggers = [logging.getLogger(), logging.getLogger("retromae_ir")]
+    saved = [(list(logger.handlers), logger.level) for logger in loggers]
+    argv = sys.argv
+    sys.argv = [args[0], *args[1:]]
+    try:
+        with warnings.catch_warnings():  # a module the chain imported (retromae_ir.mine) runs again as __main__
+            warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+            runpy.run_module(args[0], run_name="__main__", alter_sys=True)
+    except SystemExit as exit_:
+        return 0 if exit_.code is None else exit_.code
+    finally:
+        sys.argv = argv
+        for logger, (handlers, level) in zip(loggers, saved):
+            for added in set(logger.handlers) - set(handlers):
+                added.close()
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+    return 0
+
+
+@pytest.fixture(autouse=True)
+def stages_in_process(monkeypatch):
+    monkeypatch.setattr(chain, "spawn", in_process)
 
 
 def run_again(argv: list[str], output: Path) -> str:
