@@ -98,6 +98,26 @@ def test_index_is_reused_when_the_corpus_is_unchanged_and_rebuilt_when_it_change
     assert json.loads((index / MANIFEST).read_text())["fingerprint"]["pyserini"] != "0.0.1"
 
 
+def test_a_corpus_changed_while_it_is_indexed_leaves_no_index(tiny_beir, monkeypatch):
+    """The fingerprint was taken before the collection was read: the edited corpus's index was kept under it."""
+    import retromae_ir.bm25 as bm25
+    from retromae_ir.io import InputChangedError
+
+    corpus = tiny_beir / "data" / "quora" / "corpus.jsonl"
+    write_collection = bm25.write_json_collection
+
+    def write_then_edit(*args, **kwargs):
+        count = write_collection(*args, **kwargs)
+        with open(corpus, "a") as handle:
+            handle.write(json.dumps({"_id": "d9", "title": "", "text": "late"}) + "\n")
+        return count
+
+    monkeypatch.setattr(bm25, "write_json_collection", write_then_edit)
+    with pytest.raises(InputChangedError, match=r"corpus.jsonl changed while it was indexed"):
+        bm25.build_index(corpus, tiny_beir / "idx", threads=1)
+    assert not (tiny_beir / "idx").exists() or not any((tiny_beir / "idx").iterdir())
+
+
 @pytest.mark.jvm
 def test_a_bm25_index_replaced_while_it_was_opened_is_an_error(tiny_beir, monkeypatch):
     import retromae_ir.bm25 as bm25

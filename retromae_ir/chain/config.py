@@ -179,6 +179,8 @@ def typed(name: str, value):
             return BOOLEANS[value.strip().lower()]
         raise ValueError(f"a yes/no setting takes one of {', '.join(BOOLEANS)}, got {value!r}")
     if kind is str:
+        if value is None:  # YAML's empty value (``teacher:``): the default, none
+            return ""
         if isinstance(value, str):
             return value
         raise ValueError(f"{name} takes text, got {value!r}")
@@ -187,9 +189,10 @@ def typed(name: str, value):
         raise ValueError(wanted)
     try:
         number = kind(value)
-    except ValueError:
+        finite = math.isfinite(number)
+    except (ValueError, OverflowError):  # math.isfinite(10 ** 400) overflows
         raise ValueError(wanted) from None
-    if not math.isfinite(number):
+    if not finite:
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return number
 

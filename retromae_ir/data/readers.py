@@ -79,9 +79,11 @@ def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
             except UnicodeDecodeError as err:
                 raise DataFormatError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
             line = without_byte_order_mark(path, number, line.rstrip("\r\n"))
-            if "\r" in line:  # Python's text mode and Anserini's line reader end a line there: two records
-                raise DataFormatError(f"{path}:{number}: a carriage return inside the line, where other readers "
-                                      "end it (old Mac line endings, or a stray \\r in a text?); remove it")
+            carriage = line.find("\r")
+            if carriage >= 0 and "\t" in line[carriage:]:  # another record after it
+                raise DataFormatError(f"{path}:{number}: a carriage return inside the line, and a tab after it: "
+                                      "Python's text mode and Anserini's line reader end the line there, so this "
+                                      "would be two records (old Mac line endings?); remove it")
             if line.strip():
                 yield number, line
 

@@ -383,7 +383,7 @@ def write_sparse(folder: Path, card: EncoderCard, vocab: list[str], width: int, 
         with open(folder / "collection" / "docs.jsonl", "w") as out:
             for docids, rows in chunks():
                 for start in range(0, len(docids), 10000):
-                    vectors = impact_dicts(rows[start:start + 10000], vocab, card.scale)
+                    vectors = impact_dicts(rows[start:start + 10000], vocab, card.scale, docids[start:start + 10000])
                     for docid, vector in zip(docids[start:start + 10000], vectors):
                         out.write(json.dumps({"id": docid, "contents": "", "vector": vector}) + "\n")
                         written += 1

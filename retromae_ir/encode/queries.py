@@ -40,7 +40,7 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
         frame.to_pickle(tmp / "embedding.pkl")
     if encoded.sparse is not None:
         with atomic_write(output / "sparse.jsonl") as out:
-            vectors = impact_dicts(encoded.sparse, model.lucene_terms, model.card.scale)
+            vectors = impact_dicts(encoded.sparse, model.lucene_terms, model.card.scale, qids)
             for qid, text, vector in zip(qids, texts, vectors):
                 out.write(json.dumps({"id": qid, "contents": text, "vector": vector}) + "\n")
     return write_manifest(output, model.card, queries=len(qids), weights=model.checkpoint_digests(),

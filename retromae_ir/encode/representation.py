@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import Sequence
 
 import torch
 
@@ -346,17 +347,19 @@ def check_lucene_terms(vocab: list[str], source: str) -> list[str]:
 LUCENE_MAX_IMPACT = 2**31 - 1  # a term frequency is a Java int: Anserini dropped larger impacts, or wrapped them
 
 
-def impact_dicts(matrix, vocab: list[str], scale: float) -> list[dict[str, int]]:
+def impact_dicts(matrix, vocab: list[str], scale: float, ids: Sequence[str] | None = None) -> list[dict[str, int]]:
     """Rows of a CSR matrix of OT weights -> ``{token: round(w * scale)}`` (Lucene impacts); zeros dropped. An
     impact beyond a Java int (a huge scale, or weights that are not finite) is refused: cast to int64 an infinite one
-    became negative and was dropped as a zero, and Anserini wrapped or dropped the others, each with exit 0."""
+    became negative and was dropped as a zero, and Anserini wrapped or dropped the others, each with exit 0. ``ids``
+    name the rows in that error."""
     out = []
     for row in range(matrix.shape[0]):
         start, end = matrix.indptr[row], matrix.indptr[row + 1]
         impacts = quantize(matrix.data[start:end], scale)
         largest = float(abs(impacts).max()) if impacts.size else 0.0
         if not largest <= LUCENE_MAX_IMPACT:
-            raise ValueError(f"row {row}: an OT weight times the card's scale {scale} is {largest}, "
+            where = f"id {ids[row]!r}" if ids is not None else f"row {row}"
+            raise ValueError(f"{where}: an OT weight times the card's scale {scale} is {largest}, "
                              f"beyond a Lucene impact (at most {LUCENE_MAX_IMPACT}): lower the card's scale")
         impacts = impacts.astype("int64")
         out.append({vocab[i]: int(w) for i, w in zip(matrix.indices[start:end], impacts) if w > 0})

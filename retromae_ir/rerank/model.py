@@ -94,16 +94,15 @@ class CrossEncoder(torch.nn.Module):
         before = checkpoint_key(path) if Path(str(path)).is_dir() else None  # a hub name's: after it is fetched
         model, info = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32,
                                                                           output_loading_info=True)
-        weights_key = cached_checkpoint_key(path)
-        if before is not None and weights_key != before:
-            raise InputChangedError(f"{path} changed while it was loaded (trained again in place?); run again once "
-                                    "it is settled")
         if trained and info["missing_keys"]:
             raise ValueError(f"{path} is not a trained cross-encoder: its classification head would be new "
                              f"({', '.join(sorted(info['missing_keys']))} missing); score with the output of "
                              f"`python -m retromae_ir.rerank train` or another cross-encoder checkpoint")
         loaded = cls(model, AutoTokenizer.from_pretrained(path), args, group_size)
-        loaded.weights_key = weights_key
+        loaded.weights_key = cached_checkpoint_key(path)  # a hub name's once its tokenizer is fetched too
+        if before is not None and loaded.weights_key != before:
+            raise InputChangedError(f"{path} changed while it was loaded (trained again in place?); run again once "
+                                    "it is settled")
         return loaded
 
     def make_collator(self) -> PairCollator:

@@ -93,10 +93,9 @@ def score_file(model, args: ScoreArguments) -> Path:
         return _score_into(model, args, examples, records, qrels, qrels_digest)
 
 
-def check_finite(scores: list[float], chunk: list) -> None:
+def check_finite(scores: list[float], pairs: list[tuple[str, str]]) -> None:
     """Refuse a score that is nan or inf (a cross-encoder whose weights diverged) before it is written: the file
     was distillation's input, whose loss was then nan."""
-    pairs = [(example.query, p) for example in chunk for p in example.positives + example.negatives]
     for (query, _), score in zip(pairs, scores):
         if not abs(score) <= FLOAT32_MAX:
             raise ValueError(f"the cross-encoder scored a pair of query {query!r:.60} {score}: its weights do not "
@@ -119,7 +118,7 @@ def _score_into(model, args: ScoreArguments, examples: list, records: list[dict]
             for first in range(0, len(pairs), args.batch_size):
                 batch = pairs[first:first + args.batch_size]
                 scores += model.score([q for q, _ in batch], [p for _, p in batch])
-            check_finite(scores, chunk)
+            check_finite(scores, pairs)
             offset = 0
             for example, record in zip(chunk, records[start:start + args.chunk_queries]):
                 middle, end = offset + len(example.positives), offset + len(example.positives) + len(example.negatives)

@@ -243,9 +243,11 @@ def test_a_carriage_return_inside_a_line_is_an_error(tmp_path, reader, content):
     """Python's text mode and Anserini end a line at a lone carriage return: query q2 was read into q1's text, and
     passage 3 into passage 2."""
     path = write(tmp_path / "old-mac.tsv", content)
-    with pytest.raises(DataFormatError, match=r"old-mac\.tsv:\d: a carriage return inside the line"):
+    with pytest.raises(DataFormatError, match=r"old-mac\.tsv:\d: a carriage return inside the line, and a tab"):
         reader(path)
     assert load_topics(write(tmp_path / "crlf.tsv", "q1\talpha\r\nq2\tbeta\r\n")) == {"q1": "alpha", "q2": "beta"}
+    # one inside a text, no record after it: read as the text's (a tokenizer's whitespace), not refused
+    assert [d.contents for d in iter_msmarco_collection(write(tmp_path / "text.tsv", "1\ta\rb\n"))] == ["a\rb"]
 
 
 def test_a_trec_topic_left_open_at_the_end_is_an_error_not_a_topic_fewer(tmp_path):

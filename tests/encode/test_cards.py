@@ -116,6 +116,8 @@ def test_an_impact_beyond_a_java_int_is_refused_not_wrapped():
     with pytest.raises(ValueError, match=r"row 0: an OT weight times the card's scale 2000000000.0 is 4000000000.0, "
                                          r"beyond"):
         impact_dicts(rows, ["a", "b", "c"], 2e9)
+    with pytest.raises(ValueError, match=r"id 'doc-1': an OT weight times"):
+        impact_dicts(rows[1:], ["a", "b", "c"], 9e9, ids=["doc-1"])
 
 
 def test_a_checkpoint_trained_again_while_it_loads_is_refused(tiny_bert_dir, tmp_path, monkeypatch):

@@ -47,6 +47,8 @@ def test_set_converts_each_field_to_its_type():
     ("group: 8.0", "group takes a whole number, got 8.0"),
     ("batch: true", "batch takes a whole number, got True"),
     ("teacher: 12", "teacher takes text, got 12"),
+    ("teacher:", None),  # YAML's empty value: no teacher, as before
+    ("group: " + "9" * 400, "group takes a whole number"),  # math.isfinite overflowed: a traceback
 ])
 def test_a_chain_entry_setting_is_read_as_its_fields_type(tmp_path, setting, message):
     path = tmp_path / "chains.yaml"
@@ -56,7 +58,7 @@ def test_a_chain_entry_setting_is_read_as_its_fields_type(tmp_path, setting, mes
             load_chains(path)
         return
     config = load_chains(path)["mine"].config
-    assert (config.distill, config.lr) == (False, 2e-5 if "lr" in setting else ChainConfig().lr)
+    assert (config.distill, config.lr, config.teacher) == (False, 2e-5 if "lr" in setting else ChainConfig().lr, "")
 
 
 def test_packaged_chains_override_the_defaults_they_name():
