@@ -312,7 +312,8 @@ def top_k(weights: torch.Tensor, k: int | None) -> torch.Tensor:
 
 
 def quantize(weights, scale: float):
-    """Integer impacts round(w * scale) (numpy or torch); |dequantized - w| <= 0.5 / scale."""
+    """Integer impacts round(w * scale) (numpy or torch); |dequantized - w| <= 0.5 / scale, plus one rounding of
+    the product in the weights' dtype (float32 rounds 0.015 * 100 to exactly 1.5, then half to even: 2)."""
     if scale <= 0:
         raise ValueError(f"quantisation scale must be positive, got {scale}")
     return (weights * scale).round()
