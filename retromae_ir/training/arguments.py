@@ -10,10 +10,13 @@ from retromae_ir.cli import check_at_least_one
 @dataclass
 class TrainingArguments:
     output: str = field(metadata={"help": "output checkpoint directory"})
-    epochs: float = field(default=1.0, metadata={"help": "passes over the corpus (ignored when --max-steps > 0)"})
+    epochs: float = field(default=1.0, metadata={"help": "passes over the training examples: the corpus's segments "
+                                                              "(pre-training), the queries (fine-tuning, rerank "
+                                                              "train); ignored when --max-steps > 0"})
     max_steps: int = field(default=-1, metadata={"help": "optimizer steps; > 0 overrides --epochs (-1: use --epochs)"})
     batch_size: int = field(default=16, metadata={"help": "segments per device per micro-batch"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step (pre-training; "
+                                                             "fine-tuning takes 1 only: --grad-cache-chunk)"})
     lr: float = field(default=1e-4, metadata={"help": "peak learning rate (AdamW, linear warm-up and decay)"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "fraction of the steps over which the learning rate "
                                                                "rises linearly to --lr, in [0, 1)"})
