@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = corpus.add_mutually_exclusive_group(required=True)
     source.add_argument("--corpus", type=Path, help="BEIR corpus.jsonl")
     source.add_argument("--dataset", help="BEIR dataset name (resolved by retromae_ir.data.beir)")
-    corpus.add_argument("--data-dir", default=None, help="the folder --dataset is read from (then only there; without it: $RETROMAE_IR_DATA, the cache, "
-                             "the download)")
+    corpus.add_argument("--data-dir", default=None,
+                        help="the folder --dataset is read from (then only there; without it: $RETROMAE_IR_DATA, the "
+                             "cache, the download)")
     corpus.add_argument("--shard-id", type=int, default=None, help="default: $RANK under torchrun, else 0")
     corpus.add_argument("--shard-num", type=int, default=None, help="default: $WORLD_SIZE under torchrun, else 1")
     corpus.add_argument("--chunk-size", type=int, default=4096, help="documents per resumable chunk")

@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default=None)
-    parser.add_argument("--tag", default=None, help="run tag (default: retromae_ir-<mode>, retromae_ir-brute-<mode> with --brute-force)")
+    parser.add_argument("--tag", default=None,
+                        help="run tag (default: retromae_ir-<mode>, retromae_ir-brute-<mode> with --brute-force)")
     parser.add_argument("--remove-query", action="store_true",
                         help="drop a hit whose docid is its query's id, keeping --hits hits (BEIR's evaluation does: "
                              "ArguAna's and Quora's queries are corpus documents), as Pyserini's flag of that name")
