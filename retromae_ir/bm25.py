@@ -159,6 +159,11 @@ class BM25Retriever:
             return "bm25"
         return f"bm25-k1_{self.params.k1:g}-b_{self.params.b:g}"
 
+    @property
+    def owner(self) -> dict:
+        """What its runs folder belongs to (``evaluate.retrievers.claim_runs_folder``): BM25 under these parameters."""
+        return {"retriever": "bm25", "k1": self.params.k1, "b": self.params.b}
+
     def run_key(self, corpus: Path) -> dict:
         """What its runs depend on besides the queries: the parameters, the corpus bytes and the index code."""
         return {"retriever": "bm25", "k1": self.params.k1, "b": self.params.b, "hits": self.params.hits,

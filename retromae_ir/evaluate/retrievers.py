@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Iterator
 
 from retromae_ir.bm25 import BM25Params, BM25Retriever
 from retromae_ir.cli import add_compile_argument, finite_float
-from retromae_ir.io import claim_output
+from retromae_ir.io import as_stored, atomic_write, claim_output
 from retromae_ir.logs import setup_logging
 from retromae_ir.runs import MAX_DEPTH
 
@@ -81,6 +82,7 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
     before = (root.handlers[:], root.level)
     with claim_output(out_dir):
         created = not out_dir.exists()
+        claim_runs_folder(out_dir, retriever.owner)
         setup_logging(out_dir / log_name)
         try:
             yield retriever, out_dir
@@ -91,6 +93,26 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
             raise
         finally:
             _restore_logging(*before)
+
+
+OWNER_FILE = "retriever.json"
+
+
+def claim_runs_folder(out_dir: Path, owner: dict) -> None:
+    """Record which retriever ``out_dir`` (``RUNS_DIR/<retriever name>``) belongs to, or refuse another one whose
+    name is the same: two fine-tuned checkpoints in folders of one name (every chain's ``2-stage2``), a card named
+    ``bm25``, or ``x`` searched dense beside a card named ``x-dense``. Its results table replaced the other's under
+    the same title, and its runs the other's files (exit 0). A folder from before the record is adopted."""
+    path = out_dir / OWNER_FILE
+    if path.is_file():
+        recorded = json.loads(path.read_text())
+        if recorded != as_stored(owner):
+            raise ValueError(f"{out_dir} holds the runs of another retriever ({recorded}), not of this one "
+                             f"({as_stored(owner)}); give --runs-dir another folder, or remove that one")
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as handle:
+        json.dump(owner, handle, indent=2)
 
 
 def _restore_logging(handlers: list[logging.Handler], level: int) -> None:

@@ -46,6 +46,13 @@ class EncoderRetriever:
         # bf16, as eager bf16 is), so not part of any key
         self.checked: dict[Path, str] = {}  # index folder -> its manifest as verified under the folder's lock
 
+    @property
+    def owner(self) -> dict:
+        """What its runs folder belongs to (``evaluate.retrievers.claim_runs_folder``): the card's checkpoint as the
+        card names it (a local folder by its path; weights trained again there, or the card's other fields edited,
+        stay its own) and the search mode."""
+        return {"retriever": "encoder", "checkpoint": self.card.checkpoint, "mode": self.mode}
+
     @cached_property
     def model(self):
         from retromae_ir.encode import EncoderModel

@@ -57,6 +57,43 @@ def test_encoder_card_on_beir_then_resume(beir_handful, capsys, monkeypatch):
     assert "| scidocs | 6 |" in out and (root / "runs" / "handful-dupmae-dense" / "beir-scidocs.trec").is_file()
 
 
+def test_a_runs_folder_of_another_retriever_of_the_same_name_is_refused(beir_handful, minilm_path, capsys):
+    """Every chain's stage-2 card is called 2-stage2, and a card may be called bm25: the second retriever's runs and
+    table replaced the first's in RUNS_DIR/<name>/ under the same title (exit 0). Another folder's checkpoint under
+    the same card name is refused; the same card, its other fields edited, is still its own."""
+    import shutil
+
+    root, runs = beir_handful, beir_handful / "runs"
+    other = root / "other"
+    other.mkdir()
+    shutil.copytree(minilm_path, other / "checkpoint")
+    card = (root / "handful-dupmae.yaml").read_text()
+    (other / "handful-dupmae.yaml").write_text(card.replace("packaged:all-MiniLM-L6-v2", "checkpoint"))
+    common = ["--datasets", "scidocs", "--data-dir", str(root / "data"), "--runs-dir", str(runs), "--index-dir",
+              str(root / "indexes"), "--no-download", "--threads", "1"]
+    (runs / "handful-dupmae").mkdir(parents=True)
+    (runs / "handful-dupmae" / "retriever.json").write_text(json.dumps(
+        {"retriever": "encoder", "checkpoint": "packaged:all-MiniLM-L6-v2", "mode": "hybrid"}))
+    with pytest.raises(SystemExit) as refused:
+        beir_all.main(["--encoder", str(other / "handful-dupmae.yaml"), *common])
+    assert refused.value.code == 2
+    assert "runs/handful-dupmae holds the runs of another retriever" in capsys.readouterr().err
+    assert sorted(p.name for p in (runs / "handful-dupmae").iterdir()) == ["retriever.json"]
+    from retromae_ir.evaluate.retrievers import claim_runs_folder
+    from retromae_ir.search.retriever import EncoderRetriever
+
+    edited = root / "edited" / "handful-dupmae.yaml"  # the packaged card with another k: its own folder still
+    edited.parent.mkdir()
+    edited.write_text(card.replace("k: 64", "k: 32"))
+    claim_runs_folder(runs / "handful-dupmae", EncoderRetriever(str(edited)).owner)
+    (runs / "bm25").mkdir()
+    (runs / "bm25" / "retriever.json").write_text(json.dumps({"retriever": "bm25", "k1": 0.9, "b": 0.4}))
+    (root / "bm25.yaml").write_text(card)  # a card named bm25: not into BM25's runs
+    with pytest.raises(SystemExit):
+        beir_all.main(["--encoder", str(root / "bm25.yaml"), *common])
+    assert "runs/bm25 holds the runs of another retriever" in capsys.readouterr().err
+
+
 def test_search_mode_without_encoder_is_refused(capsys):
     with pytest.raises(SystemExit):
         beir_all.main(["--search", "dense"])
