@@ -68,8 +68,10 @@ class EncoderCard:
 
         checks = [
             # it names the card's index and runs folders: "" put runs in runs/ itself, "a/../b" elsewhere
-            (isinstance(self.name, str) and self.name not in ("", ".", "..") and not {"/", "\\"} & set(self.name),
-             f"name must be one folder name (it names the card's index and runs folders), got {self.name!r}"),
+            (isinstance(self.name, str) and self.name and not self.name.startswith(".")
+             and not {"/", "\\"} & set(self.name),
+             f"name must be one folder name, not hidden (it names the card's index and runs folders; quote a "
+             f"number), got {self.name!r}"),
             (self.pooling in ("cls", "mean"), f"pooling must be 'cls' or 'mean', got {self.pooling!r}"),
             (isinstance(self.normalize, bool), f"normalize must be true or false, got {self.normalize!r}"),
             (self.dims > 0, f"dims must be positive, got {self.dims}"),

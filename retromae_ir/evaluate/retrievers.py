@@ -82,7 +82,7 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
     before = (root.handlers[:], root.level)
     with claim_output(out_dir):
         created = not out_dir.exists()
-        claim_runs_folder(out_dir, retriever.owner)
+        adopted = claim_runs_folder(out_dir, retriever.owner)
         setup_logging(out_dir / log_name)
         try:
             yield retriever, out_dir
@@ -90,6 +90,8 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
             if created:
                 _restore_logging(*before)  # close the log file before its folder goes
                 shutil.rmtree(out_dir, ignore_errors=True)
+            elif adopted:  # a failed run (a mistyped checkpoint) does not take an older folder for its retriever
+                (out_dir / OWNER_FILE).unlink(missing_ok=True)
             raise
         finally:
             _restore_logging(*before)
@@ -98,21 +100,40 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
 OWNER_FILE = "retriever.json"
 
 
-def claim_runs_folder(out_dir: Path, owner: dict) -> None:
+# an encoder's checkpoint is its own by either: moved or copied it keeps its files, trained again in place its path
+EITHER_IDENTIFIES = ("checkpoint", "weights")
+
+
+def claim_runs_folder(out_dir: Path, owner: dict) -> bool:
     """Record which retriever ``out_dir`` (``RUNS_DIR/<retriever name>``) belongs to, or refuse another one whose
     name is the same: two fine-tuned checkpoints in folders of one name (every chain's ``2-stage2``), a card named
     ``bm25``, or ``x`` searched dense beside a card named ``x-dense``. Its results table replaced the other's under
-    the same title, and its runs the other's files (exit 0). A folder from before the record is adopted."""
+    the same title, and its runs the other's files (exit 0). The record follows its retriever (a moved checkpoint);
+    a folder from before records is adopted. Returns whether this call adopted one."""
     path = out_dir / OWNER_FILE
+    adopted = not path.is_file() and out_dir.is_dir()
     if path.is_file():
-        recorded = json.loads(path.read_text())
-        if recorded != as_stored(owner):
+        try:
+            recorded = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not the record of a retriever ({error}); remove it") from None
+        if not same_retriever(recorded, as_stored(owner)):
             raise ValueError(f"{out_dir} holds the runs of another retriever ({recorded}), not of this one "
-                             f"({as_stored(owner)}); give --runs-dir another folder, or remove that one")
-        return
+                             f"({as_stored(owner)}); give --runs-dir another folder, or the card another name")
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as handle:
         json.dump(owner, handle, indent=2)
+    return adopted
+
+
+def same_retriever(recorded: dict, owner: dict) -> bool:
+    """Equal in every field but ``EITHER_IDENTIFIES``, and equal in one of those that is set."""
+    def fixed(record: dict) -> dict:
+        return {key: value for key, value in record.items() if key not in EITHER_IDENTIFIES}
+
+    either = [key for key in EITHER_IDENTIFIES if key in owner or key in recorded]
+    return fixed(recorded) == fixed(owner) and (not either or any(
+        owner.get(key) is not None and recorded.get(key) == owner.get(key) for key in either))
 
 
 def _restore_logging(handlers: list[logging.Handler], level: int) -> None:

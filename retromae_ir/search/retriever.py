@@ -3,13 +3,14 @@ are unchanged), then search it with the exact hybrid searcher in dense, sparse o
 from __future__ import annotations
 
 import logging
+import os
 from functools import cached_property
 from pathlib import Path
 
 from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST, reusable_manifest
 from retromae_ir.encode.representation import ENCODING_VERSION
-from retromae_ir.io import check_read_unchanged, check_unchanged, claim_output, file_digest
+from retromae_ir.io import check_read_unchanged, check_unchanged, checkpoint_file_digests, claim_output, file_digest
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
 logger = logging.getLogger(__name__)
@@ -48,10 +49,13 @@ class EncoderRetriever:
 
     @property
     def owner(self) -> dict:
-        """What its runs folder belongs to (``evaluate.retrievers.claim_runs_folder``): the card's checkpoint as the
-        card names it (a local folder by its path; weights trained again there, or the card's other fields edited,
-        stay its own) and the search mode."""
-        return {"retriever": "encoder", "checkpoint": self.card.checkpoint, "mode": self.mode}
+        """What its runs folder belongs to (``evaluate.retrievers.claim_runs_folder``): the card's kind and search mode
+        and its checkpoint, by its name or path or, for a local folder, by its files too (moved or copied it stays
+        its own, and so does one trained again in place, or a card with other fields edited)."""
+        local = Path(self.card.checkpoint_path()).is_dir() and not self.card.checkpoint.startswith("packaged:")
+        return {"retriever": "encoder", "kind": self.card.kind, "mode": self.mode,
+                "checkpoint": os.path.normpath(self.card.checkpoint),
+                "weights": checkpoint_file_digests(self.card.checkpoint_path()) if local else None}
 
     @cached_property
     def model(self):

@@ -39,6 +39,7 @@ def test_fingerprint_follows_the_representation_not_the_name():
     ("name: ''\ncheckpoint: x\nkind: dupmae\ndims: 8\n", "name must be one folder name"),  # runs went to runs/
     ("name: a/../b\ncheckpoint: x\nkind: dupmae\ndims: 8\n", "name must be one folder name"),
     ("name: ..\ncheckpoint: x\nkind: dupmae\ndims: 8\n", "name must be one folder name"),
+    ("name: .x.ab.tmp\ncheckpoint: x\nkind: dupmae\ndims: 8\n", "name must be one folder name, not hidden"),
     # an infinite scale made every impact int64's minimum, dropped as a zero: an impact index of empty documents
     ("checkpoint: x\nkind: dupmae\ndims: 8\nscale: .inf\n", "scale must be positive and finite, got inf"),
     ("checkpoint: x\nkind: dupmae\ndims: 8\nsparse_weight: .inf\n", "sparse_weight must be positive and finite"),

@@ -37,6 +37,9 @@ def test_encoder_card_on_beir_then_resume(beir_handful, capsys, monkeypatch):
     assert beir_all.main(argv) == 0
     assert "| scidocs | 6 | 1.0000 | 1.0000 |" in capsys.readouterr().out
     assert (root / "runs" / "handful-dupmae" / "beir-scidocs.trec").is_file()
+    assert json.loads((root / "runs" / "handful-dupmae" / "retriever.json").read_text()) == {
+        "retriever": "encoder", "kind": "dupmae", "mode": "hybrid", "checkpoint": "packaged:all-MiniLM-L6-v2",
+        "weights": None}
     assert (root / "indexes" / "handful-dupmae" / "scidocs" / "manifest.json").is_file()
 
     import retromae_ir.encode.corpus as corpus
@@ -68,12 +71,13 @@ def test_a_runs_folder_of_another_retriever_of_the_same_name_is_refused(beir_han
     other.mkdir()
     shutil.copytree(minilm_path, other / "checkpoint")
     card = (root / "handful-dupmae.yaml").read_text()
-    (other / "handful-dupmae.yaml").write_text(card.replace("packaged:all-MiniLM-L6-v2", "checkpoint"))
+    (other / "handful-dupmae.yaml").write_text(card.replace("packaged:all-MiniLM-L6-v2", "./checkpoint"))
     common = ["--datasets", "scidocs", "--data-dir", str(root / "data"), "--runs-dir", str(runs), "--index-dir",
               str(root / "indexes"), "--no-download", "--threads", "1"]
     (runs / "handful-dupmae").mkdir(parents=True)
     (runs / "handful-dupmae" / "retriever.json").write_text(json.dumps(
-        {"retriever": "encoder", "checkpoint": "packaged:all-MiniLM-L6-v2", "mode": "hybrid"}))
+        {"retriever": "encoder", "kind": "dupmae", "mode": "hybrid", "checkpoint": "packaged:all-MiniLM-L6-v2",
+         "weights": None}))
     with pytest.raises(SystemExit) as refused:
         beir_all.main(["--encoder", str(other / "handful-dupmae.yaml"), *common])
     assert refused.value.code == 2
@@ -86,6 +90,25 @@ def test_a_runs_folder_of_another_retriever_of_the_same_name_is_refused(beir_han
     edited.parent.mkdir()
     edited.write_text(card.replace("k: 64", "k: 32"))
     claim_runs_folder(runs / "handful-dupmae", EncoderRetriever(str(edited)).owner)
+    # a local checkpoint is its own by its path (trained again in place) or its files (the folder moved)
+    (runs / "local").mkdir()
+    claim_runs_folder(runs / "local", EncoderRetriever(str(other / "handful-dupmae.yaml")).owner)
+    moved = shutil.move(other, root / "moved")
+    claim_runs_folder(runs / "local", EncoderRetriever(str(moved / "handful-dupmae.yaml")).owner)
+    assert json.loads((runs / "local" / "retriever.json").read_text())["checkpoint"] == str(moved / "checkpoint")
+    (moved / "checkpoint" / "config.json").write_text((moved / "checkpoint" / "config.json").read_text() + "\n")
+    claim_runs_folder(runs / "local", EncoderRetriever(str(moved / "handful-dupmae.yaml")).owner)
+    # a failed run does not take a folder from before records for its retriever
+    (runs / "old" / "handful-dupmae").mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        beir_all.main(["--encoder", str(root / "handful-dupmae.yaml"), "--datasets", "nfcorpus", "--data-dir",
+                       str(root / "data"), "--runs-dir", str(runs / "old"), "--no-download"])
+    assert not (runs / "old" / "handful-dupmae" / "retriever.json").exists()
+    # the dense search of a card named as another card's dense folder: another kind, refused
+    (runs / "minilm-dense").mkdir()
+    claim_runs_folder(runs / "minilm-dense", EncoderRetriever("dupmae-minilm", mode="dense").owner)
+    with pytest.raises(ValueError, match="holds the runs of another retriever"):
+        claim_runs_folder(runs / "minilm-dense", EncoderRetriever("minilm-cls").owner)
     (runs / "bm25").mkdir()
     (runs / "bm25" / "retriever.json").write_text(json.dumps({"retriever": "bm25", "k1": 0.9, "b": 0.4}))
     (root / "bm25.yaml").write_text(card)  # a card named bm25: not into BM25's runs
