@@ -19,7 +19,7 @@ from retromae_ir.data.readers import DataFormatError, iter_lines, plain_numeral
 from retromae_ir.io import atomic_write
 
 MAX_DEPTH = 1000
-FLOAT32_MAX = 3.4028234663852886e38  # trec_eval reads scores as 32-bit floats
+FLOAT32_MAX = 3.4028234663852886e38  # trec_eval reads scores as 32-bit floats (and torch's float32 tensors hold them)
 Run = dict[str, dict[str, float]]
 
 

@@ -148,7 +148,8 @@ class ChainConfig:
         return replaced
 
 
-FIELDS = [field.name for field in dataclasses.fields(ChainConfig)]
+KINDS = {field.name: type(field.default) for field in dataclasses.fields(ChainConfig)}
+FIELDS = list(KINDS)
 FALLBACKS = {"sparse_weight": "chosen on the dev split", "epochs": "'steps' steps", "epochs_stage1": "epochs",
              "lr_stage1": "lr", "steps": "none; read where a stage's epochs are 0"}
 UNREAD_BECAUSE = {
@@ -161,9 +162,6 @@ UNREAD_BECAUSE = {
     "sparse_temperature": "it is the temperature of the sparse_loss_weight term, which is 0",
 }
 BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
-
-
-KINDS = {field.name: type(field.default) for field in dataclasses.fields(ChainConfig)}
 
 
 def typed(name: str, value):

@@ -109,10 +109,16 @@ def _json_object(path: Path, number: int, line: str) -> dict:
     return record
 
 
+def is_json_id(value) -> bool:
+    """Whether a JSON value can be an id: a string or a whole number (``str()`` made null "None", 4.0 "4.0", true
+    "True")."""
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
 def _id_field(path: Path, number: int, record: dict, keys: tuple[str, ...]) -> str:
     for key in keys:
         value = record.get(key)
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+        if is_json_id(value) and str(value).strip():
             _check_token(path, number, str(value))
             return str(value)
     raise DataFormatError(f"{path}:{number}: missing or empty id field {' / '.join(repr(k) for k in keys)}")

@@ -25,9 +25,9 @@ import torch
 
 from retromae_ir.data.readers import (DataFormatError, iter_beir_corpus, iter_lines, iter_msmarco_collection, joined,
                                       load_qrels, load_topics)
+from retromae_ir.runs import FLOAT32_MAX
 
 logger = logging.getLogger(__name__)
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 # the twin-query rule: what --mask-false-negatives leaves out of a query's pool, and which listed negatives
 # with_twin_positives drops (a twin's positive); bumped when it changes (a run or chain stage made under another rule
 # is not resumed or reused): 2, the positives of same-text twin queries too; 3, twins are the same text up to

@@ -17,7 +17,8 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from retromae_ir.data.readers import DataFormatError, iter_beir_corpus, iter_lines, iter_msmarco_collection, joined
+from retromae_ir.data.readers import (DataFormatError, is_json_id, iter_beir_corpus, iter_lines,
+                                      iter_msmarco_collection, joined)
 from retromae_ir.io import atomic_write, check_read_unchanged, file_digest
 from retromae_ir.pretrain.collate import Segment
 
@@ -102,7 +103,7 @@ def _iter_text_jsonl(path: Path) -> Iterator[tuple[str, str]]:
         if record is None or not isinstance(record.get("text"), str):
             raise DataFormatError(f"{path}:{number}: expected a JSON object with a string 'text' field")
         docid = record.get("id", record.get("_id", number))
-        if isinstance(docid, bool) or not isinstance(docid, (str, int)):  # null was the id "None", 4.0 "4.0"
+        if not is_json_id(docid):
             raise DataFormatError(f"{path}:{number}: an id is a string or a whole number, got {docid!r}")
         docid = str(docid)
         if docid in seen:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from retromae_ir.data.readers import DataFormatError
+from retromae_ir.data.readers import DataFormatError, is_json_id
 from retromae_ir.io import read_key
 from retromae_ir.pretrain.collate import Segment
 
@@ -99,7 +99,7 @@ def _side_entry(line: str, sep_token: str) -> tuple[tuple[str, int | None], dict
         return ("", None), None
     queries, continuation, segment = record.get("queries", []), record.get("continuation", ""), record.get("segment")
     docid = record.get("id")
-    if (isinstance(docid, bool) or not isinstance(docid, (str, int)) or not isinstance(continuation, str)
+    if (not is_json_id(docid) or not isinstance(continuation, str)
             or not isinstance(queries, list)
             or not all(isinstance(q, str) for q in queries)
             or not is_segment(segment)):

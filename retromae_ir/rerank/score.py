@@ -21,8 +21,9 @@ from tqdm import tqdm
 
 from retromae_ir.cli import check_at_least_one
 from retromae_ir.data.readers import iter_lines
-from retromae_ir.finetune.data import FLOAT32_MAX, check_made_from, load_passages, read_jsonl_examples
+from retromae_ir.finetune.data import check_made_from, load_passages, read_jsonl_examples
 from retromae_ir.logs import log_beside
+from retromae_ir.runs import FLOAT32_MAX
 from retromae_ir.io import (InputChangedError, as_stored, cached_checkpoint_key, file_digest, key_path, read_key,
                             write_key)
 
