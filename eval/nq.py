@@ -15,6 +15,7 @@ modes; unfinished shards; an output another process is writing) are one ``error:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import shutil
@@ -79,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
     from retromae_ir.encode.cards import load_card
     from retromae_ir.evaluate import nq
     from retromae_ir.evaluate.report import format_markdown, write_table
+    from retromae_ir.evaluate.retrievers import runs_folder_claimed
     from retromae_ir.io import claim_output
+    from retromae_ir.search.retriever import EncoderRetriever
     from retromae_ir.logs import FORMAT
 
     logging.basicConfig(level=logging.INFO, format=FORMAT)
@@ -99,7 +102,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"shard {args.shard_id} of {args.shard_count} encoded under {index_dir}; when every shard is, run "
               f"again with --shard-count {args.shard_count} and no --shard-id")
         return 0
-    with claim_output(output):
+    # in the card's runs folder (the default), NQ's results are that checkpoint's, as BEIR's and TREC DL's beside them
+    card_runs = Path("runs") / card.name
+    with claim_output(output), (runs_folder_claimed(card_runs, EncoderRetriever(card).owner, locked=False)
+                                if output.resolve().parent == card_runs.resolve() else contextlib.nullcontext()):
         created = not output.exists()
         output.mkdir(parents=True, exist_ok=True)
         log = logging.FileHandler(output / "nq.log", encoding="utf-8")

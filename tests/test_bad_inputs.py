@@ -410,6 +410,35 @@ def test_bad_training_data(world, tmp_path, capsys, command, case):
     expect(run_case(world, tmp_path, capsys, command, {"train": ("train.jsonl", content)}), message)
 
 
+READ_THEN_REPLACED = {  # the training commands: the reader to wrap, the input it reads
+    "finetune": ("retromae_ir.finetune.__main__", "load_examples", "train"),
+    "rerank train": ("retromae_ir.finetune.data", "load_examples", "train"),
+    "pretrain": ("retromae_ir.pretrain.__main__", "load_segments", "corpus"),
+}
+
+
+@pytest.mark.parametrize("command", READ_THEN_REPLACED)
+def test_an_input_replaced_while_training_reads_it_is_refused(world, tmp_path, capsys, monkeypatch, command):
+    """The run's identity keys each input by a digest taken before the data is read: a file replaced in between
+    trained the model on the new bytes, recorded as the old ones (exit 0)."""
+    import importlib
+
+    module, reader, role = READ_THEN_REPLACED[command]
+    module = importlib.import_module(module)
+    read = getattr(module, reader)
+
+    def read_then_replace(*args, **kwargs):
+        data = read(*args, **kwargs)
+        path = tmp_path / "case" / DEFAULTS[role][0]
+        path.write_text(path.read_text() + "\n")
+        return data
+
+    monkeypatch.setattr(module, reader, read_then_replace)
+    options = {"group": "2"} if command == "rerank train" else {}  # its default group of 1 is refused first
+    expect(run_case(world, tmp_path, capsys, command, {}, **options), rf"{DEFAULTS[role][0]} changed while this run "
+                                                                       "read it")
+
+
 QRELS_CASES = {
     "non-integer label": (GOOD_QRELS + "q2\td2\thigh\n", r"qrels\.tsv:3: relevance 'high' is not an integer"),
     "wrong column count": (GOOD_QRELS + "q2\td2\n", r"qrels\.tsv:3: expected BEIR qrels"),

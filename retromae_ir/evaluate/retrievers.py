@@ -78,23 +78,34 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
     this session created is removed again when the block fails, so a failed driver leaves nothing behind."""
     retriever = make_retriever(args)
     out_dir = args.runs_dir / retriever.name
-    root = logging.getLogger()
-    before = (root.handlers[:], root.level)
-    with claim_output(out_dir):
-        created = not out_dir.exists()
-        adopted = claim_runs_folder(out_dir, retriever.owner)
+    before = (logging.getLogger().handlers[:], logging.getLogger().level)
+    with claim_output(out_dir), runs_folder_claimed(out_dir, retriever.owner, locked=True):
         setup_logging(out_dir / log_name)
         try:
             yield retriever, out_dir
-        except BaseException:
-            if created:
-                _restore_logging(*before)  # close the log file before its folder goes
-                shutil.rmtree(out_dir, ignore_errors=True)
-            elif adopted:  # a failed run (a mistyped checkpoint) does not take an older folder for its retriever
-                (out_dir / OWNER_FILE).unlink(missing_ok=True)
-            raise
         finally:
-            _restore_logging(*before)
+            _restore_logging(*before)  # the log file closed before a failed session's folder goes
+
+
+@contextlib.contextmanager
+def runs_folder_claimed(out_dir: Path, owner: dict, locked: bool) -> Iterator[None]:
+    """``claim_runs_folder`` for a block that writes in ``out_dir``; if the block fails, what the claim added is
+    taken back, so a failed driver leaves nothing behind and does not take an older folder for its retriever (a
+    mistyped checkpoint). ``locked``: the caller holds ``out_dir``'s lock, so a folder it created is removed whole;
+    else (eval/nq.py, writing a subfolder beside other drivers' runs) only the record, and the folder if left empty."""
+    created = not out_dir.exists()
+    adopted = claim_runs_folder(out_dir, owner)
+    try:
+        yield
+    except BaseException:
+        if created and locked:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        elif created or adopted:
+            (out_dir / OWNER_FILE).unlink(missing_ok=True)
+            if created:
+                with contextlib.suppress(OSError):  # another driver wrote in it meanwhile: it stays
+                    out_dir.rmdir()
+        raise
 
 
 OWNER_FILE = "retriever.json"
@@ -119,7 +130,8 @@ def claim_runs_folder(out_dir: Path, owner: dict) -> bool:
             raise ValueError(f"{path}: not the record of a retriever ({error}); remove it") from None
         if not same_retriever(recorded, as_stored(owner)):
             raise ValueError(f"{out_dir} holds the runs of another retriever ({recorded}), not of this one "
-                             f"({as_stored(owner)}); give --runs-dir another folder, or the card another name")
+                             f"({as_stored(owner)}); give --runs-dir (eval/nq.py: --output) another folder, or the card "
+                             "another name")
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as handle:
         json.dump(owner, handle, indent=2)

@@ -21,7 +21,7 @@ from retromae_ir.finetune.model import BiEncoder, load_encoder
 from retromae_ir.finetune.trainer import FinetuneTrainer
 from retromae_ir.io import start_key
 from retromae_ir.logs import setup_logging
-from retromae_ir.training.trainer import exclusive_run, run_identity
+from retromae_ir.training.trainer import check_inputs_read, exclusive_run, run_identity
 
 
 def parse(argv: list[str] | None = None):
@@ -53,6 +53,7 @@ def run(model_args: ModelArguments, data: DataArguments, loss: LossArguments,
 def _train(card, model_args: ModelArguments, data: DataArguments, loss: LossArguments,
            training: FinetuneTrainingArguments, identity: dict) -> Path:
     examples = load_examples(data, need_scores=loss.distill, in_batch=not loss.distill)
+    check_inputs_read(identity, data)
     model = BiEncoder(load_encoder(card, training.seed, model_args.attention_dropout), data, loss)
     if loss.distill and loss.calibrate_teacher:
         loss = dataclasses.replace(model.loss_args, calibrate_teacher=False,  # done: the temperature it set

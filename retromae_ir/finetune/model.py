@@ -35,12 +35,14 @@ METADATA_FILE = "retromae_ir.json"
 def load_encoder(card: EncoderCard, seed: int = 0, attention_dropout: float | None = None) -> EncoderModel:
     """The card's EncoderModel in train mode; a fresh W_cls [dims, hidden] (orthogonal, seeded) when the
     checkpoint has none and the card's dims differ from the hidden size; ``attention_dropout`` (None: the
-    checkpoint's) set on every self-attention layer."""
+    checkpoint's) set on every self-attention layer. Seeded throughout: two runs of one seed save the same bytes
+    (a dense card over an MLM checkpoint saved a pooler drawn from whatever the global generator held)."""
     from transformers import AutoConfig
 
     path = card.checkpoint_path()
     hidden = AutoConfig.from_pretrained(path).hidden_size
     fresh = card.dims != hidden and not (Path(path) / PROJECTION_FILE).is_file()
+    torch.manual_seed(seed)  # what loading draws fresh (an MLM checkpoint's unused pooler), saved with the weights
     model = MODEL_CLASSES[card.kind].from_checkpoint(dataclasses.replace(card, dims=hidden) if fresh else card)
     if fresh:
         layer = torch.nn.Linear(hidden, card.dims, bias=False)

@@ -24,7 +24,7 @@ from retromae_ir.pretrain.backbone import check_config
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
 from retromae_ir.pretrain.data import check_maskable, load_segments, reader_version
 from retromae_ir.io import command_errors, start_key
-from retromae_ir.training.trainer import Trainer, exclusive_run, run_identity
+from retromae_ir.training.trainer import Trainer, check_inputs_read, exclusive_run, run_identity
 
 PROG = "python -m retromae_ir.pretrain"
 
@@ -74,6 +74,7 @@ def _train(model_name: str, data: DataArguments, masking: MaskingArguments, trai
     method_args = method_cls.prepare_arguments(method_args, data.corpus, model_name, data.max_length)  # MASTER
     model = method_cls.from_pretrained(model_name, masking, method_args, data.max_length)
     segments = load_segments(data.corpus, model.tokenizer, data.max_length, data.tokenized_cache)
+    check_inputs_read(identity, data, method_args)
     check_maskable(segments, masking.encoder_mask_ratio, data.corpus)
     metadata = {"model": model_name, "corpus": data.corpus, "data": asdict(data),
                 "contrastive": asdict(contrastive)}

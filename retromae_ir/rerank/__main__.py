@@ -51,8 +51,10 @@ def _train(model_args, data, training, identity: dict):
     from retromae_ir.finetune.data import load_examples
     from retromae_ir.finetune.trainer import FinetuneTrainer
     from retromae_ir.rerank.model import CrossEncoder, CrossEncoderArguments
+    from retromae_ir.training.trainer import check_inputs_read
 
     examples = load_examples(data, in_batch=False)
+    check_inputs_read(identity, data)
     model = CrossEncoder.load(model_args, data.group_size, training.seed)
 
     def reload(checkpoint):

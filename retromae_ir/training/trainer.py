@@ -41,8 +41,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from retromae_ir.io import (as_stored, atomic_dir, atomic_write, checkpoint_files, file_digest, output_lock,
-                            remove_stale_temporaries)
+from retromae_ir.io import (as_stored, atomic_dir, atomic_write, check_read_unchanged, checkpoint_files,
+                            file_digest, output_lock, remove_stale_temporaries)
 from retromae_ir.training.arguments import TrainingArguments
 
 log = logging.getLogger(__name__)
@@ -178,12 +178,24 @@ def run_identity(*groups: Any) -> dict:
     (None entries skipped) except ``UNKEYED``, with ``INPUT_FILES`` replaced by a digest of their contents, and the
     number of processes (the data order depends on it). A checkpoint resumes only under the same identity."""
     identity: dict[str, Any] = {"world_size": int(os.environ.get("WORLD_SIZE", "1"))}
-    for group in groups:
-        fields = asdict(group) if is_dataclass(group) else dict(group or {})
-        for name, value in fields.items():
-            if name not in UNKEYED:
-                identity[name] = _contents_key(value) if name in INPUT_FILES and value else value
+    for name, value in _fields(groups):
+        if name not in UNKEYED:
+            identity[name] = _contents_key(value) if name in INPUT_FILES and value else value
     return as_stored(identity)  # as it reads back from run.json
+
+
+def check_inputs_read(identity: dict, *groups: Any) -> None:
+    """Once a run has read its ``INPUT_FILES``: refuse one that is no longer the file ``identity`` keyed (replaced
+    while it was read, the checkpoint would record the first version's digest for a model trained on the second,
+    exit 0). ``groups``: as given to ``run_identity``."""
+    for name, value in _fields(groups):
+        if name in INPUT_FILES and value and str(identity.get(name)).startswith("sha256:"):
+            check_read_unchanged(value, identity[name].removeprefix("sha256:"), "this run read it")
+
+
+def _fields(groups: tuple) -> Iterator[tuple[str, Any]]:
+    for group in groups:
+        yield from (asdict(group) if is_dataclass(group) else dict(group or {})).items()
 
 
 def _contents_key(path: str) -> str:
@@ -316,8 +328,8 @@ class Trainer:
         self.identity = identity if identity is not None else run_identity(args)
         self.output = Path(args.output)
         self.metadata = metadata
-        self.rank, self.world_size = _distributed_rank_world()
         self.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.rank, self.world_size = _distributed_rank_world(self.device.type)
         if self.device.type == "cuda" and self.world_size > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         self.examples = examples
@@ -418,6 +430,7 @@ class Trainer:
         progress = tqdm(total=self.schedule.max_steps, initial=self.step, disable=not self.is_main, unit="step",
                         desc=f"{self.job} {self.model.name}")
         self.wrapped.train()
+        start = self.step
         while self.step < self.schedule.max_steps:
             lr = self._set_learning_rate()
             terms = self.train_step()
@@ -432,7 +445,9 @@ class Trainer:
             if self.args.save_steps > 0 and self.step % self.args.save_steps == 0 and self.step < self.schedule.max_steps:
                 self.save_checkpoint()
         progress.close()
-        final = self.save_checkpoint()
+        # a checkpoint already at the end (a kill before its publish) is published as it is: saved again, it would
+        # record this invocation's schedule and arguments for steps trained under the first's
+        final = self.save_checkpoint() if self.step > start else resume_from
         if self.is_main:
             _publish(final, self.output)
             log.info("final checkpoint in %s", self.output)
@@ -626,13 +641,16 @@ def _adamw(model: torch.nn.Module, args: TrainingArguments) -> torch.optim.Optim
                               {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
 
 
-def _distributed_rank_world() -> tuple[int, int]:
-    """(rank, world size); starts the process group under torchrun (nccl on GPU, gloo on CPU)."""
+def _distributed_rank_world(device_type: str) -> tuple[int, int]:
+    """(rank, world size); starts the process group under torchrun: nccl for a run on GPUs, gloo for one on CPUs
+    (``--device cpu`` on a GPU host got nccl, which has no CPU tensors: the first broadcast failed)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        if device_type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
     return dist.get_rank(), dist.get_world_size()
 
 

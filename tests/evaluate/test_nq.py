@@ -349,3 +349,42 @@ def test_the_driver_refuses_hits_0_instead_of_reading_it_as_unset(tmp_path, caps
     with pytest.raises(SystemExit):
         driver.parse_args([*base, "--hits", "0"])
     assert r"--hits must be in [20, 1000]" in capsys.readouterr().err
+
+
+def test_the_default_output_is_in_the_card_runs_folder_and_claims_it(data, tmp_path, tiny_bert_dir, capsys,
+                                                                      monkeypatch):
+    """``runs/<card>/nq`` sits in the folder where BEIR and TREC DL keep that card's runs: a card of the same name
+    over another checkpoint wrote its NQ results beside them, under one title (exit 0). The run records the card's
+    checkpoint there (as ``evaluation_session`` does) and refuses another's folder; a failed run takes its record
+    back."""
+    from retromae_ir.evaluate.retrievers import OWNER_FILE, claim_runs_folder
+
+    corpus, qas = data
+    monkeypatch.chdir(tmp_path)
+    card = card_file(tmp_path, tiny_bert_dir, "cls-dense")
+    argv = ["--encoder", str(card), "--corpus", str(corpus), "--qas", str(qas), "--index-dir", str(tmp_path / "ix"),
+            "--threads", "1", "--device", "cpu", "--dtype", "fp32"]
+    runs = tmp_path / "runs" / "tiny-cls-dense"
+
+    corpus_text = corpus.read_text()
+    corpus.write_text(corpus_text + "9\tno title\n")
+    with pytest.raises(SystemExit) as stopped:  # fails after the claim (a bad passage line): nothing is left
+        run_main(argv)
+    assert stopped.value.code == 2 and not (runs / OWNER_FILE).exists() and not (runs / "nq").exists()
+    corpus.write_text(corpus_text)
+    capsys.readouterr()
+
+    other = {"retriever": "encoder", "kind": "cls-dense", "mode": "dense", "checkpoint": "elsewhere", "weights": None}
+    claim_runs_folder(runs, other)
+    with pytest.raises(SystemExit) as stopped:
+        run_main(argv)
+    assert stopped.value.code == 2
+    error = error_lines(capsys.readouterr().err)
+    assert len(error) == 1 and "holds the runs of another retriever" in error[0], error
+    assert not (runs / "nq").exists() and json.loads((runs / OWNER_FILE).read_text()) == other
+
+    (runs / OWNER_FILE).unlink()
+    assert run_main(argv) == 0
+    owner = json.loads((runs / OWNER_FILE).read_text())
+    assert owner["checkpoint"] == str(tiny_bert_dir) and owner["mode"] == "dense"
+    assert (runs / "nq" / "dense.trec").is_file()

@@ -155,3 +155,17 @@ def test_resume_under_other_encoding_code_is_refused(tiny_bert_dir, scifact_slic
         finetune([*argv, "--max-steps", "2", "--resume"])
     assert refused.value.code == 2
     assert f"encoding code version {cli.ENCODING_VERSION - 1} -> {cli.ENCODING_VERSION}" in capsys.readouterr().err
+
+
+def test_a_dense_start_from_an_mlm_checkpoint_loads_the_same_weights_every_time(tiny_bert_dir):
+    """An MLM checkpoint has no pooler: loading it as a dense encoder draws one, which fine-tuning saves. Drawn from
+    whatever the global generator held, two runs of one seed saved different bytes (every index keyed by the
+    weights' digests was encoded again, a later stage's start was another start)."""
+    from retromae_ir.finetune.model import hf_model, load_encoder
+    from tiny import tiny_card
+
+    def pooler(draws: int) -> torch.Tensor:
+        torch.rand(draws)  # the global generator wherever the caller left it
+        return hf_model(load_encoder(tiny_card(tiny_bert_dir, kind="retromae"), seed=7)).pooler.dense.weight.detach()
+
+    assert torch.equal(pooler(1), pooler(5))

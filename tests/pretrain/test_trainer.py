@@ -232,6 +232,17 @@ def test_a_run_whose_epochs_ended_inside_a_window_is_not_continued_for_more(tiny
         fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **{**args, "epochs": 2},
                                                       resume=True)).train()
     fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **args, resume=True)).train()  # nothing to do
+    # resumed as --max-steps 3 (whole windows: 15 micro-batches), the finished run is not saved again under that
+    # schedule: it recorded 15 micro-batches and epoch 1.25 for the 12 trained, and a later --max-steps 5 passed
+    # the check above and skipped micro-batches 12-14
+    record = tmp_path / "out" / "checkpoints" / "step-3" / "retromae_ir.json"
+    before = record.read_bytes()
+    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **{**args, "max_steps": 3}, resume=True)).train()
+    assert record.read_bytes() == before
+    assert json.loads((tmp_path / "out" / "retromae_ir.json").read_text())["epoch"] == 1.0
+    with pytest.raises(TrainerError, match="accumulated 2 of 5 micro-batches"):
+        fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **{**args, "max_steps": 5},
+                                                      resume=True)).train()
     whole = dict(args, grad_accum=4)  # 12 micro-batches: whole windows, continued
     fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "whole", **whole)).train()
     fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "whole", **{**whole, "epochs": 2}, resume=True)).train()
@@ -318,3 +329,22 @@ def test_weights_that_are_not_finite_are_not_saved(tiny_bert_dir, corpus, tmp_pa
         trainer.train()
     assert not (tmp_path / "run" / "checkpoints").exists() or not any((tmp_path / "run" / "checkpoints").iterdir())
     assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("device, backend", [("cpu", "gloo"), ("cuda", "nccl")])
+def test_the_process_group_backend_follows_the_run_device(monkeypatch, device, backend):
+    """Under torchrun on a GPU host, ``--device cpu`` started nccl (chosen by the host, not the run), which holds
+    no CPU tensors: the run failed at its first broadcast. (A GPU host is stood in for: there is none here.)"""
+    from retromae_ir.training import trainer
+
+    started, devices = [], []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(trainer.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(trainer.torch.cuda, "set_device", devices.append)
+    monkeypatch.setattr(trainer.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(trainer.dist, "init_process_group", started.append)
+    monkeypatch.setattr(trainer.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(trainer.dist, "get_world_size", lambda: 2)
+    assert trainer._distributed_rank_world(device) == (1, 2)
+    assert started == [backend] and devices == ([1] if device == "cuda" else [])
