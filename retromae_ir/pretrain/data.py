@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from retromae_ir.data.docids import DocidTable
 from retromae_ir.data.readers import (DataFormatError, is_json_id, iter_beir_corpus, iter_lines,
                                       iter_msmarco_collection, joined)
 from retromae_ir.io import atomic_write, check_read_unchanged, file_digest
@@ -24,7 +25,8 @@ from retromae_ir.pretrain.collate import Segment
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 4  # 4: a {"text"} JSONL's title is joined, a .tsv read as MS MARCO; 3: a repeated id is refused
+CACHE_VERSION = 5  # 5: each document's id stored once; 4: a {"text"} JSONL's title is joined, a .tsv read as MS
+# MARCO; 3: a repeated id is refused
 TOKENIZE_CHUNK = 512
 
 
@@ -115,11 +117,14 @@ def _iter_text_jsonl(path: Path) -> Iterator[tuple[str, str]]:
 
 
 class SegmentTable(Sequence[Segment]):
-    """All segments of a corpus in flat arrays (int32 token ids + offsets), so a corpus of millions of
-    passages costs 4 bytes a token instead of a Python tuple per segment. Indexing yields ``Segment``s."""
+    """All segments of a corpus in flat arrays (int32 token ids + offsets, each segment's document a row of one
+    ``DocidTable``), so a corpus of millions of passages costs 4 bytes a token instead of a Python tuple per
+    segment, and a document's id is held once at its own length (a fixed-width column of ids held every segment
+    at the longest id's width: one 2,000-character URL id made 10M segments 80 GB). Indexing yields ``Segment``s."""
 
-    def __init__(self, docids: np.ndarray, indexes: np.ndarray, lengths: np.ndarray, ids: np.ndarray):
-        self.docids, self.indexes, self.lengths, self.ids = docids, indexes, lengths, ids
+    def __init__(self, documents: DocidTable, doc_of: np.ndarray, indexes: np.ndarray, lengths: np.ndarray,
+                 ids: np.ndarray):
+        self.documents, self.doc_of, self.indexes, self.lengths, self.ids = documents, doc_of, indexes, lengths, ids
         self.offsets = np.concatenate([[0], np.cumsum(lengths)])
 
     def __len__(self) -> int:
@@ -129,14 +134,17 @@ class SegmentTable(Sequence[Segment]):
         if not -len(self) <= i < len(self):
             raise IndexError(i)
         i %= len(self)
-        return Segment(str(self.docids[i]), int(self.indexes[i]),
+        return Segment(self.documents[int(self.doc_of[i])], int(self.indexes[i]),
                        tuple(self.ids[self.offsets[i]:self.offsets[i + 1]].tolist()))
 
     @classmethod
     def concatenate(cls, parts: list["SegmentTable"]) -> "SegmentTable":
-        return cls(*(np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros(0, dtype=dtype)
-                     for name, dtype in (("docids", str), ("indexes", np.int64), ("lengths", np.int64),
-                                         ("ids", np.int32))))
+        shifts = np.cumsum([0] + [len(part.documents) for part in parts])
+        doc_of = [part.doc_of + shift for part, shift in zip(parts, shifts)]
+        return cls(DocidTable(b"".join(part.documents.data for part in parts)),
+                   np.concatenate(doc_of or [np.zeros(0, np.int64)]),
+                   *(np.concatenate([getattr(part, name) for part in parts] or [np.zeros(0, dtype)])
+                     for name, dtype in (("indexes", np.int64), ("lengths", np.int64), ("ids", np.int32))))
 
 
 def split_segments(docid: str, ids: list[int], body_length: int) -> list[Segment]:
@@ -184,8 +192,10 @@ def tokenize_corpus(path: str | Path, tokenizer, max_length: int) -> SegmentTabl
 
 def _tokenize_chunk(docs: list[tuple[str, str]], tokenizer, body_length: int) -> SegmentTable:
     encoded = tokenizer([text for _, text in docs], add_special_tokens=False, verbose=False)["input_ids"] if docs else []
-    segments = [segment for (docid, _), ids in zip(docs, encoded) for segment in split_segments(docid, ids, body_length)]
-    return SegmentTable(np.array([s.docid for s in segments], dtype=str),
+    cut = [split_segments(docid, ids, body_length) for (docid, _), ids in zip(docs, encoded)]
+    segments = [segment for document in cut for segment in document]
+    return SegmentTable(DocidTable.of(docid for docid, _ in docs),
+                        np.repeat(np.arange(len(docs), dtype=np.int64), [len(document) for document in cut]),
                         np.array([s.index for s in segments], dtype=np.int64),
                         np.array([len(s.input_ids) for s in segments], dtype=np.int64),
                         np.fromiter((i for s in segments for i in s.input_ids), dtype=np.int32))
@@ -241,12 +251,13 @@ def _cache_key(path: str | Path, tokenizer, max_length: int) -> tuple[str, str]:
 
 def _write_cache(cache: Path, key: str, table: SegmentTable) -> None:
     with atomic_write(cache, "wb") as handle:
-        np.savez(handle, key=np.array(key), docids=table.docids, indexes=table.indexes, lengths=table.lengths,
-                 ids=table.ids)
+        np.savez(handle, key=np.array(key), documents=np.frombuffer(table.documents.data, np.uint8),
+                 doc_of=table.doc_of, indexes=table.indexes, lengths=table.lengths, ids=table.ids)
 
 
 def _read_cache(cache: Path, key: str) -> SegmentTable | None:
     with np.load(cache) as data:
         if str(data["key"]) != key:
             return None
-        return SegmentTable(data["docids"], data["indexes"], data["lengths"], data["ids"])
+        return SegmentTable(DocidTable(data["documents"].tobytes()), data["doc_of"], data["indexes"], data["lengths"],
+                            data["ids"])

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from retromae_ir.data.docids import DocidTable
 from retromae_ir.encode.cards import EncoderCard, load_card
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, check_card, manifest_text
 from retromae_ir.io import check_unchanged
@@ -38,41 +38,6 @@ def store_manifest_field() -> dict:
 def store_is_readable(entry: dict) -> bool:
     """Whether this code reads the sparse store a manifest's ``sparse_store`` entry describes."""
     return entry.get("store") == STORE and entry.get("version") == VERSION
-
-
-class DocidTable(Sequence):
-    """The lines of a docid file as a read-only sequence of str, held as one bytes block plus int64 offsets (a
-    Python list of 8.8M short strings takes about 0.6 GB; this about 0.2 GB)."""
-
-    def __init__(self, data: bytes):
-        if data and not data.endswith(b"\n"):
-            data += b"\n"
-        self._data = data
-        self._offsets = np.concatenate([[0], np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1]).astype(np.int64)
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, item):
-        if isinstance(item, slice):
-            return [self[i] for i in range(*item.indices(len(self)))]
-        i = int(item)
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"docid row {item} out of range for {len(self)} documents")
-        return self._data[self._offsets[i]:self._offsets[i + 1] - 1].decode()
-
-    def take(self, rows) -> list[str]:
-        """The docids of many rows at once (numpy array or list of ints)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
-            raise IndexError(f"docid rows outside [0, {len(self)})")
-        data, starts, ends = self._data, self._offsets[rows].tolist(), (self._offsets[rows + 1] - 1).tolist()
-        return [data[a:b].decode() for a, b in zip(starts, ends)]
-
-    def __iter__(self):
-        return (line.decode() for line in self._data.split(b"\n")[:len(self)])
 
 
 def _metric_name(metric: int) -> str:

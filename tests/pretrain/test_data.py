@@ -147,3 +147,22 @@ def test_a_run_on_the_same_bytes_read_otherwise_is_another_run(tmp_path):
     identities = [run_identity({"corpus": str(tmp_path / name)}, corpus_reader(str(tmp_path / name)))
                   for name in ("c.tsv", "c.txt")]
     assert identities[0]["corpus"] == identities[1]["corpus"] and identities[0] != identities[1]
+
+
+def test_each_document_id_is_held_once_at_its_own_length(tmp_path, tokenizer, monkeypatch):
+    """Segments kept their ids in one fixed-width column: every segment at the longest id's width (4 bytes a
+    character), so one 2,000-character URL id made a 10M-segment corpus 80 GB. Ids are held once a document,
+    and the table and its cache give back each segment's id across chunk boundaries."""
+    from retromae_ir.pretrain import data
+
+    monkeypatch.setattr(data, "TOKENIZE_CHUNK", 2)  # three chunks: ids shifted across them
+    long_id = "https://example.org/" + "x" * 5000
+    docs = [("a", "one two three four five six"), (long_id, "seven eight nine ten"), ("c", ""), ("d", "eleven")]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs))
+    cache = tmp_path / "cache.npz"
+    table = load_segments(tmp_path / "c.jsonl", tokenizer, 5, cache)  # 3 tokens a segment
+    expected = [("a", 0), ("a", 1), (long_id, 0), (long_id, 1), ("d", 0)]
+    assert [(s.docid, s.index) for s in table] == expected
+    assert table.documents.data == "".join(f"{docid}\n" for docid, _ in docs).encode()  # each id once
+    assert table.doc_of.tolist() == [0, 0, 1, 1, 3]
+    assert [(s.docid, s.index) for s in load_segments(tmp_path / "c.jsonl", tokenizer, 5, cache)] == expected
