@@ -7,11 +7,13 @@
     .venv/bin/python eval/chain_scifact.py --set epochs=2 --output outputs/x  # any option of retromae_ir.chain
 
 ``--config NAME`` runs the chain ``scifact-NAME`` of retromae_ir/repro/chains.yaml; scifact is read from
-../shared/data/beir beside the checkout when it is there (an explicit --data-dir or --folder wins).
+../shared/data/beir beside the checkout when it is there (an explicit --data-dir or --folder, or
+$RETROMAE_IR_DATA, wins).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -39,9 +41,16 @@ def main(argv: list[str] | None = None) -> None:
         if args.config != parser.get_default("config"):
             parser.error("--list prints every chain; --config picks the one a run runs")
         return chain_main(rest)
-    source = [] if {"--folder", "--data-dir"} & given or not SHARED_BEIR.is_dir() else [
-        "--data-dir", str(SHARED_BEIR)]
-    chain_main(["--chain", f"scifact-{args.config}", *source, *rest])
+    chain_main(["--chain", f"scifact-{args.config}", *data_source(given), *rest])
+
+
+def data_source(given: set[str]) -> list[str]:
+    """``--data-dir`` at the shared copy beside the checkout, unless the data is named otherwise: by the command
+    (``--folder``, ``--data-dir``) or by ``$RETROMAE_IR_DATA``, which the shared copy used to override (the run
+    trained and scored on it, exit 0)."""
+    if {"--folder", "--data-dir"} & given or os.environ.get("RETROMAE_IR_DATA") or not SHARED_BEIR.is_dir():
+        return []
+    return ["--data-dir", str(SHARED_BEIR)]
 
 
 if __name__ == "__main__":

@@ -336,6 +336,25 @@ def cache_dir(part: str) -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae_ir") / part
 
 
+def env_data_root(variable: str, dataset_files: tuple[str, ...]) -> Path | None:
+    """The data root ``$variable`` names (None when unset), each dataset a folder or file in it. A root that is not
+    a folder, or is one dataset's own folder (it holds one of the ``dataset_files`` patterns), is an error: skipped
+    as a root without the dataset, it left the data to the cache or a download, and the run scored that copy
+    instead of the user's (exit 0)."""
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    root = Path(value)
+    if not root.is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"${variable} names no folder (its datasets would come from the cache or "
+                                "a download instead); correct or unset it", str(root))
+    inside = next((path.name for pattern in dataset_files for path in root.glob(pattern)), None)
+    if inside is not None:
+        raise ValueError(f"${variable}={root} is one dataset's folder (it holds {inside}): it names the folder that "
+                         f"holds the datasets, {root.parent}")
+    return root
+
+
 # What a user can fix, as opposed to a bug: bad arguments or input (``ValueError``: DataFormatError, CardError,
 # IndexMismatchError, TrainerError ...), a file that is missing, unreadable or unwritable, another writer.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OutputLockedError, OutputReplacedError, InputChangedError,

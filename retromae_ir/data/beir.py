@@ -153,11 +153,10 @@ def candidate_roots(data_dir: str | os.PathLike | None = None) -> list[tuple[str
     given (an explicit option wins or fails, it never falls through to an environment default)."""
     if data_dir is not None:
         return [("--data-dir", Path(data_dir))]
-    roots = []
-    if os.environ.get("RETROMAE_IR_DATA"):
-        roots.append(("$RETROMAE_IR_DATA", Path(os.environ["RETROMAE_IR_DATA"])))
-    roots.append(("cache", cache_root()))
-    return roots
+    from retromae_ir.io import env_data_root
+
+    root = env_data_root("RETROMAE_IR_DATA", ("corpus.jsonl", "queries.jsonl"))
+    return ([("$RETROMAE_IR_DATA", root)] if root else []) + [("cache", cache_root())]
 
 
 def resolve_beir(name: str, data_dir: str | os.PathLike | None = None, download: bool = True) -> Path:

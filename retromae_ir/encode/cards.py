@@ -158,7 +158,14 @@ def _beside(card_file: Path, checkpoint: str) -> str:
                        "copied or moved; reading the checkpoint beside it (write `checkpoint: .` to silence this)",
                        card_file, checkpoint)
         return str(folder)
-    if checkpoint == PACKAGED_MINILM or os.path.isabs(expanded) or not _local_path(checkpoint):
+    if checkpoint == PACKAGED_MINILM or os.path.isabs(expanded):
+        return checkpoint
+    if not _local_path(checkpoint):
+        beside = folder / expanded
+        if beside.is_dir() and beside.resolve() != Path(expanded).resolve():
+            raise CardError(f"card {card_file}: checkpoint {checkpoint} reads as a hub name or a folder in the working "
+                            f"directory, but a folder of that name lies beside the card ({beside}): write "
+                            f"./{checkpoint} for that one, or an absolute path")
         return checkpoint
     return str((folder / expanded).resolve())
 

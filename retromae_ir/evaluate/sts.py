@@ -261,11 +261,10 @@ def candidate_roots(data_dir: str | os.PathLike | None = None) -> list[tuple[str
     option wins or fails; it never falls through to the environment, the cache or a download)."""
     if data_dir is not None:
         return [("--data-dir", Path(data_dir))]
-    roots = []
-    if os.environ.get(ENV_VAR):
-        roots.append((f"${ENV_VAR}", Path(os.environ[ENV_VAR])))
-    roots.append(("cache", sts_cache_root()))
-    return roots
+    from retromae_ir.io import env_data_root
+
+    root = env_data_root(ENV_VAR, ("STS.input.*.txt",))
+    return ([(f"${ENV_VAR}", root)] if root else []) + [("cache", sts_cache_root())]
 
 
 def resolve_sts(name: str, data_dir: str | os.PathLike | None = None, download: bool = True) -> Path:

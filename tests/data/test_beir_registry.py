@@ -104,8 +104,25 @@ def test_an_incomplete_folder_is_an_error_not_a_fall_back_to_another_copy(tmp_pa
     with pytest.raises(DatasetUnavailable, match=r"\$RETROMAE_IR_DATA: .*env/scifact exists but is not a complete "
                                                  r"scifact \(qrels/test\.tsv missing\)"):
         resolve_beir("scifact")
+    (tmp_path / "elsewhere").mkdir()
     monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "elsewhere"))
     assert resolve_beir("scifact") == cache
+
+
+def test_an_environment_root_that_is_no_root_is_an_error(tmp_path, monkeypatch):
+    """A mistyped $RETROMAE_IR_DATA, or one naming a dataset's own folder, was skipped as a root without the dataset:
+    the cache's (or a downloaded) scifact was scored instead of the user's, exit 0."""
+    make_dataset(tmp_path / "cache" / "beir", "scifact")
+    mine = make_dataset(tmp_path / "data", "scifact")
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "dta"))
+    with pytest.raises(FileNotFoundError, match=r"\$RETROMAE_IR_DATA names no folder .*correct or unset it"):
+        resolve_beir("scifact")
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(mine))
+    with pytest.raises(ValueError, match=rf"is one dataset's folder \(it holds corpus.jsonl\): it names the folder "
+                                         rf"that holds the datasets, {tmp_path / 'data'}"):
+        resolve_beir("scifact")
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "data"))
+    assert resolve_beir("scifact") == mine
 
 
 def test_explicit_data_dir_without_the_dataset_fails_even_when_the_environment_has_it(tmp_path, monkeypatch):
@@ -164,6 +181,7 @@ def test_download_can_be_disabled(tmp_path):
 
 
 def test_bioasq_is_unavailable_and_says_what_to_place_where(tmp_path, monkeypatch):
+    (tmp_path / "env").mkdir()
     monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "env"))
     with pytest.raises(DatasetUnavailable) as err:
         resolve_beir("bioasq")

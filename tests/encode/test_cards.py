@@ -88,6 +88,26 @@ def test_a_relative_checkpoint_is_the_card_folders_and_moves_with_it(tiny_bert_d
     assert load_card(tmp_path / "b" / "stage" / "card.yaml", checkpoint="./stage").checkpoint == "./stage"
 
 
+def test_a_name_of_a_folder_beside_the_card_is_not_read_as_another(tiny_bert_dir, tmp_path, monkeypatch):
+    """``checkpoint: ft/stage`` reads as a hub name, which from_pretrained takes from the working directory when a
+    folder of that name is there: with another ``ft/stage`` beside the card, the working directory's weights were
+    encoded and scored (exit 0), and with none there, the hub's model of that name would have been."""
+    import shutil
+
+    cards = tmp_path / "cards"
+    shutil.copytree(tiny_bert_dir, cards / "ft" / "stage")
+    (cards / "mine.yaml").write_text("checkpoint: ft/stage\nkind: cls-dense\ndims: 32\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CardError, match=r"checkpoint ft/stage reads as a hub name .* lies beside the card .*write "
+                                        r"\./ft/stage for that one"):
+        load_card(cards / "mine.yaml")
+    monkeypatch.chdir(cards)  # the card's folder is the working directory: one folder, no question
+    assert load_card(cards / "mine.yaml").checkpoint_path() == "ft/stage"
+    (cards / "mine.yaml").write_text("checkpoint: ./ft/stage\nkind: cls-dense\ndims: 32\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_card(cards / "mine.yaml").checkpoint_path() == str((cards / "ft" / "stage").resolve())
+
+
 def test_an_old_own_card_in_a_copied_output_reads_the_weights_beside_it(tiny_bert_dir, tmp_path, caplog):
     """Outputs written before relative paths named their own folder absolutely: in a copy that is the original's
     folder (other weights, exit 0). A ``card.yaml`` beside a ``config.json`` now reads the checkpoint beside it,

@@ -247,6 +247,19 @@ def test_an_incomplete_copy_placed_earlier_in_the_order_is_an_error(tmp_path, cl
     assert resolve_sts("STS12", download=False) == tmp_path / "env" / "STS12-en-test"  # complete: used
 
 
+def test_an_environment_root_that_is_no_root_is_an_error(tmp_path, clean_env, monkeypatch):
+    """$RETROMAE_IR_STS mistyped, or naming STS13-en-test itself, was skipped: the cache's copy (or a download) was
+    scored instead of the user's (exit 0)."""
+    build_root(Path(os.environ[sts.CACHE_ENV_VAR]))
+    build_root(tmp_path / "env")
+    monkeypatch.setenv(sts.ENV_VAR, str(tmp_path / "nv"))
+    with pytest.raises(FileNotFoundError, match=r"\$RETROMAE_IR_STS names no folder"):
+        resolve_sts("STS13", download=False)
+    monkeypatch.setenv(sts.ENV_VAR, str(tmp_path / "env" / "STS13-en-test"))
+    with pytest.raises(ValueError, match=r"is one dataset's folder \(it holds STS\.input\..*\.txt\)"):
+        resolve_sts("STS13", download=False)
+
+
 def test_download_from_an_official_style_archive(tmp_path, clean_env, monkeypatch):
     write_sick(tmp_path / "SICK_test_annotated.txt", [("a", "b", "4.5"), ("c", "d", "1.0")])
     with zipfile.ZipFile(tmp_path / "sick.zip", "w") as zf:

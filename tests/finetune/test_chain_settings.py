@@ -533,6 +533,24 @@ def test_the_scifact_driver_lists_the_chains(capsys):
     assert exit_.value.code == 2 and "--list prints every chain; --config picks" in capsys.readouterr().err
 
 
+def test_the_scifact_driver_reads_the_data_the_user_names(monkeypatch, tmp_path):
+    """The shared copy beside the checkout was passed as --data-dir whenever it existed, so $RETROMAE_IR_DATA
+    (which the README and the Makefile say wins) was never read: the chain ran on the shared scifact (exit 0)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "eval" / "chain_scifact.py"
+    spec = importlib.util.spec_from_file_location("chain_scifact", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "SHARED_BEIR", tmp_path)  # a shared copy exists
+    monkeypatch.delenv("RETROMAE_IR_DATA", raising=False)
+    assert script.data_source(set()) == ["--data-dir", str(tmp_path)]
+    assert script.data_source({"--data-dir"}) == script.data_source({"--folder"}) == []
+    monkeypatch.setenv("RETROMAE_IR_DATA", str(tmp_path / "mine"))
+    assert script.data_source(set()) == []
+
+
 def test_recorded_stages_a_configuration_does_not_run_are_not_held_to_it():
     """A chain distilled with its own teacher's ce_* settings, then run with distillation off (where ce_* are refused,
     so the configuration holds their defaults): the kept records of the teacher and distillation are not checked
