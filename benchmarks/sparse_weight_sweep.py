@@ -4,7 +4,7 @@
         --folder ../shared/data/beir/scifact [--dev-queries 100 --seed 0]
 
 Prints nDCG@10 / R@100 of ``dense + lambda * OT`` on the dev queries for every weight, the weight chosen on dev,
-and the test split at that weight only (with the dense and sparse sides alone for reference). The chain
+and the test split at that weight only (with the dense side alone, lambda 0, for reference). The chain
 (eval/chain_scifact.py) makes the same choice with the same function; this script reads an index built earlier
 (``python -m retromae_ir.encode corpus``), so it costs only the query encoding.
 """

@@ -100,21 +100,33 @@ def plot(chains: list[tuple[str, dict]], baselines: list[dict], path: Path, titl
 
 def anchor_verdict(results: dict, baselines: list[dict], metric: str = "ndcg@10") -> str:
     """One line: the chain's last evaluated stage against each baseline (the anchors its training must beat), per
-    mode, on the test split: a chain whose training made retrieval worse says so in its report."""
+    mode, on the test split: a chain whose training made retrieval worse says so in its report. An anchor the chain
+    did not evaluate (BM25 under --no-lucene) is named as such: "above every anchor" read as above it too."""
     stages = evaluated_stages(results)
-    if not stages or not baselines:
+    if not stages:
         return ""
     stage, values = list(stages.items())[-1]
     anchors = [(row["system"].split(" (")[0], next(v for k, v in row.items() if k in MODES)[metric])
                for row in baselines]
+    evaluated = {row["system"] for row in baselines}
+    missing = [label.split(" (")[0] for label, _ in BASELINES.values() if label not in evaluated]
+    unjudged = f" (not evaluated, so not judged against: {' and '.join(missing)})" if missing else ""
+    if not anchors:
+        return f"No anchor was evaluated, so {stage} is judged against none{unjudged}."
     parts = []
     for mode in (m for m in MODES if m in values):
         score = values[mode][metric]
         below = [name for name, anchor in anchors if score <= anchor]
-        gaps = ", ".join(f"{score - anchor:+.4f} vs {name}" for name, anchor in anchors)
-        parts.append(f"{mode} {score:.4f} ({gaps}): " + ("above every anchor" if not below else
-                                                        f"NOT above {' and '.join(below)}"))
-    return f"Against the anchors ({metric}, test), {stage}: " + "; ".join(parts) + "."
+        gaps = ", ".join(f"{gap(score - anchor)} vs {name}" for name, anchor in anchors)
+        above = "above every anchor evaluated" if missing else "above every anchor"
+        parts.append(f"{mode} {score:.4f} ({gaps}): " + (above if not below else f"NOT above {' and '.join(below)}"))
+    return f"Against the anchors ({metric}, test), {stage}: " + "; ".join(parts) + f"{unjudged}."
+
+
+def gap(difference: float) -> str:
+    """A score difference at the table's 4 decimals, or at the first digit that shows it when those round it to
+    0 (a verdict of "above" beside +0.0000 read as a tie)."""
+    return f"{difference:+.4f}" if difference == 0 or abs(difference) >= 5e-5 else f"{difference:+.1e}"
 
 
 def report(chains: list, output: Path, title: str = "scifact") -> str:
@@ -122,7 +134,9 @@ def report(chains: list, output: Path, title: str = "scifact") -> str:
     measured = [(chain.label, chain.reported_results()) for chain in chains]
     baselines = baseline_rows(measured[0][1])
     verdict = anchor_verdict(measured[0][1], baselines)
-    text = (results_table(baselines + stage_rows(measured)) + (f"\n\n{verdict}" if verdict else "")
+    chains_run = ", ".join(label for label, _ in measured)
+    text = (f"# {title}\n\nChains: {chains_run} (test split; the baselines are the first chain's).\n\n"
+            + results_table(baselines + stage_rows(measured)) + (f"\n\n{verdict}" if verdict else "")
             + "\n\nWall seconds per stage:\n\n" + wall_table(measured) + "\n")
     with atomic_write(output / "results.md") as handle:
         handle.write(text)

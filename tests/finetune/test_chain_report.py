@@ -125,13 +125,16 @@ def test_report_takes_baselines_from_the_main_chain_and_writes_table_and_plot(tm
 
     text = chain.report([Done("pre-trained", {"baseline-bm25": bm25, **RESULTS}), Done("ablation", ABLATION)],
                         tmp_path, "scifact, 1000-document judged sub-corpus")
-    table = text.split("\n\n")[0].splitlines()
+    heading, chains, table = text.split("\n\n")[:3]
+    assert heading == "# scifact, 1000-document judged sub-corpus"  # which corpus the figures are of
+    assert chains == "Chains: pre-trained, ablation (test split; the baselines are the first chain's)."
+    table = table.splitlines()
     assert table[2] == "| BM25 flat (Pyserini) |  | 0.6789 |  |  | 0.9253 |  |"  # MiniLM not evaluated: no row
     assert [line.split(" |")[0] for line in table[3:]] == ["| pre-trained: 1-stage1", "| ablation: 1-stage1"]
     assert "| baseline-bm25 | 20 + eval 20 | - |" in text  # the baselines' wall time is reported too
     assert ("Against the anchors (ndcg@10, test), 1-stage1: dense 0.5000 (-0.1789 vs BM25 flat): NOT above BM25 "
             "flat; sparse 0.2500 (-0.4289 vs BM25 flat): NOT above BM25 flat; hybrid 0.6000 (-0.0789 vs BM25 flat): "
-            "NOT above BM25 flat.") in text
+            "NOT above BM25 flat (not evaluated, so not judged against: all-MiniLM-L6-v2 off the shelf).") in text
     assert (tmp_path / "results.md").read_text() == text
     assert (tmp_path / "chain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -184,4 +187,15 @@ def test_the_anchor_verdict_names_each_mode_against_each_baseline():
         "Against the anchors (ndcg@10, test), 2-stage2: dense 0.7950 (-0.0050 vs BM25 flat, +0.0050 vs "
         "all-MiniLM-L6-v2 off the shelf): NOT above BM25 flat; hybrid 0.8400 (+0.0400 vs BM25 flat, +0.0500 vs "
         "all-MiniLM-L6-v2 off the shelf): above every anchor.")
-    assert chain.anchor_verdict(results, []) == ""
+    # without BM25 (--no-lucene): it is named as not judged against, not counted among the anchors beaten
+    assert chain.anchor_verdict(results, baselines[1:]) == (
+        "Against the anchors (ndcg@10, test), 2-stage2: dense 0.7950 (+0.0050 vs all-MiniLM-L6-v2 off the shelf): "
+        "above every anchor evaluated; hybrid 0.8400 (+0.0500 vs all-MiniLM-L6-v2 off the shelf): above every anchor "
+        "evaluated (not evaluated, so not judged against: BM25 flat).")
+    assert chain.anchor_verdict(results, []) == ("No anchor was evaluated, so 2-stage2 is judged against none (not "
+                                                 "evaluated, so not judged against: BM25 flat and all-MiniLM-L6-v2 "
+                                                 "off the shelf).")
+    # a gap the table's 4 decimals round to 0 shows its first digit: "above" beside +0.0000 read as a tie
+    close = {**RESULTS, "2-stage2": {"eval_wall_s": 1.0, "sparse": {"ndcg@10": 0.80004}}}
+    assert "sparse 0.8000 (+4.0e-05 vs BM25 flat, +0.0100 vs all-MiniLM" in chain.anchor_verdict(close, baselines)
+    assert chain.anchor_verdict({}, baselines) == ""
