@@ -13,7 +13,6 @@ Negatives are gathered from all processes, so data parallelism does not shrink t
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -63,32 +62,60 @@ def info_nce(anchors: torch.Tensor, positives: torch.Tensor, temperature: float,
     return loss + (world - 1) * (loss - loss.detach())  # value: the loss; gradient: W times its own rows' share
 
 
+@dataclass(frozen=True)
+class NumberedSegment(Segment):
+    """A segment with its row in the corpus's segments, where its document's other segments are found."""
+
+    row: int
+
+
+class NumberedSegments(Sequence[NumberedSegment]):
+    """The corpus's segments, each with its row: the contrastive method's examples (built as they are read, so a
+    corpus of millions of segments stays in its flat table)."""
+
+    def __init__(self, segments: Sequence[Segment]):
+        self.segments = segments
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self[i] for i in range(len(self))[row]]
+        row = range(len(self))[row]
+        segment = self.segments[row]
+        return NumberedSegment(segment.docid, segment.index, segment.input_ids, row)
+
+
 class PositiveSpanCollator:
     """Wraps a method's collator and adds ``positive_input_ids`` / ``positive_attention_mask`` and each row's
-    ``document`` (its number in corpus order, the same in every process)."""
+    ``document`` (its number in corpus order, the same in every process). A document's segments are found by
+    their rows (``data.document_runs``), not in a per-document list of every segment: that held the whole
+    corpus's tokens as Python tuples, about ten times the flat table (20 GB at MS MARCO's 600M tokens)."""
 
     def __init__(self, collator, tokenizer, segments: Sequence[Segment]):
+        from retromae_ir.pretrain.data import document_runs
+
         self.collator = collator
         self.tokenizer = tokenizer
-        self.by_doc: dict[str, list[Segment]] = defaultdict(list)
-        for segment in segments:
-            self.by_doc[segment.docid].append(segment)
-        self.number = {docid: number for number, docid in enumerate(self.by_doc)}
+        self.segments = segments
+        self.run_of, self.bounds = document_runs(segments)
 
-    def positive(self, segment: Segment, generator: torch.Generator) -> tuple[int, ...]:
+    def positive(self, segment: NumberedSegment, generator: torch.Generator) -> tuple[int, ...]:
         """Another segment of the same document, else a random contiguous half of this one."""
-        others = [s for s in self.by_doc[segment.docid] if s.index != segment.index]
+        run = self.run_of[segment.row]
+        others = [row for row in range(self.bounds[run], self.bounds[run + 1]) if row != segment.row]
         if others:
-            return others[int(torch.randint(len(others), (1,), generator=generator))].input_ids
+            return self.segments[others[int(torch.randint(len(others), (1,), generator=generator))]].input_ids
         ids = segment.input_ids
         half = max(1, len(ids) // 2)
         start = int(torch.randint(len(ids) - half + 1, (1,), generator=generator))
         return ids[start:start + half]
 
-    def __call__(self, segments: Sequence[Segment], generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def __call__(self, segments: Sequence[NumberedSegment], generator: torch.Generator) -> dict[str, torch.Tensor]:
         batch = self.collator(segments, generator)
         ids, mask = pad_batch([self.positive(s, generator) for s in segments], self.tokenizer)
-        documents = torch.tensor([self.number[s.docid] for s in segments], dtype=torch.long)
+        documents = torch.tensor([int(self.run_of[s.row]) for s in segments], dtype=torch.long)
         return {**batch, "positive_input_ids": ids, "positive_attention_mask": mask, "document": documents}
 
 
@@ -105,7 +132,7 @@ def with_contrastive(method_cls: type, args: ContrastiveArguments) -> type:
                 raise ValueError(f"the contrastive loss needs a method trained on plain segments; "
                                  f"{method_cls.name!r} builds its own examples")
             self.segments = segments
-            return examples
+            return NumberedSegments(segments)
 
         def make_collator(self):
             return PositiveSpanCollator(super().make_collator(), self.tokenizer, self.segments)

@@ -147,6 +147,24 @@ class SegmentTable(Sequence[Segment]):
                      for name, dtype in (("indexes", np.int64), ("lengths", np.int64), ("ids", np.int32))))
 
 
+def document_runs(segments: Sequence[Segment]) -> tuple[np.ndarray, np.ndarray]:
+    """Each document's segments as one run of rows, for what pairs a segment with its document's others (the
+    contrastive positive, MASTER's neighbouring span) without a Python object per segment: ``(run_of, bounds)``,
+    the run number of every row and the first row of each run (plus the row count). The runs number the documents
+    in corpus order, the same in every process. A document whose segments are not consecutive is refused: the
+    corpus readers keep them so (a repeated id is refused), and a pairing would miss the others."""
+    if isinstance(segments, SegmentTable):
+        starts = np.flatnonzero(np.diff(segments.doc_of)) + 1
+    else:
+        docids = [segment.docid for segment in segments]
+        starts = np.array([row for row in range(1, len(docids)) if docids[row] != docids[row - 1]], dtype=np.int64)
+        if len(set(docids)) != len(starts) + bool(docids):
+            raise ValueError("the segments of a document must be consecutive rows (as the corpus readers give them)")
+    bounds = np.concatenate([[0], starts, [len(segments)]] if len(segments) else [[0]]).astype(np.int64)
+    run_of = np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
+    return run_of, bounds
+
+
 def split_segments(docid: str, ids: list[int], body_length: int) -> list[Segment]:
     """Consecutive, in-order segments of at most ``body_length`` tokens (no special tokens)."""
     return [Segment(docid, index, tuple(ids[start:start + body_length]))

@@ -87,6 +87,43 @@ class MasterExample:
     npr_target: tuple[int, ...] | None = None
 
 
+class MasterExamples(Sequence[MasterExample]):
+    """Each segment with its NPR pair, made as it is read (``pairs``: "segments", the next segment of its document;
+    "halves", its own two halves; None, no pair): a list of them held the whole corpus's tokens as Python tuples,
+    about ten times the segments' flat table."""
+
+    def __init__(self, segments: Sequence[Segment], pairs: str | None, continuation: torch.Tensor):
+        from retromae_ir.pretrain.data import document_runs
+
+        self.segments, self.pairs, self.continuation = segments, pairs, continuation
+        self.run_of = document_runs(segments)[0] if pairs == "segments" else None
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self[i] for i in range(len(self))[row]]
+        row = range(len(self))[row]
+        segment = self.segments[row]
+        if self.pairs == "halves":
+            return MasterExample(segment, *(split_halves(segment.input_ids, self.continuation) or (None, None)))
+        if self.pairs == "segments" and self._has_next(row):
+            return MasterExample(segment, None, self.segments[row + 1].input_ids)
+        return MasterExample(segment)
+
+    def paired(self, row: int) -> bool:
+        """Whether ``row`` has an NPR target (without building its example when the pairs are segments)."""
+        if self.pairs == "segments":
+            return self._has_next(row)
+        return self.pairs == "halves" and self[row].npr_target is not None
+
+    def _has_next(self, row: int) -> bool:
+        """The next row is the same document's next segment (a document's segments are consecutive rows, in
+        order: ``data.document_runs``)."""
+        return row + 1 < len(self) and self.run_of[row + 1] == self.run_of[row]
+
+
 def check_arguments(args: MasterArguments) -> None:
     """Refuse inconsistent options (cheap: the command runs it before counting any corpus statistics), and inputs
     that no task of ``--master-tasks`` reads (accepted and ignored, the run looked as if it used them)."""
@@ -358,22 +395,16 @@ class MASTER(PretrainModel):
         return decoder
 
     # ---- data --------------------------------------------------------------------------------------------------
-    def make_examples(self, segments: Sequence[Segment]) -> list[MasterExample]:
+    def make_examples(self, segments: Sequence[Segment]) -> "MasterExamples":
         """Attach each segment's NPR pair (next segment of its document, or its own halves)."""
         if {"dor", "gor"} & set(self.tasks):
             self.side_texts.warn_shared(segments)
-        if "npr" not in self.tasks:
-            return [MasterExample(s) for s in segments]
-        if self.method_args.master_npr_pairs == "halves":
-            pairs = [split_halves(s.input_ids, self.tables.continuation) for s in segments]
-            examples = [MasterExample(s, *(pair or (None, None))) for s, pair in zip(segments, pairs)]
-        else:
-            by_position = {(s.docid, s.index): s for s in segments}
-            examples = [MasterExample(s, None, getattr(by_position.get((s.docid, s.index + 1)), "input_ids", None))
-                        for s in segments]
-        paired = sum(e.npr_target is not None for e in examples)
-        log.info("NPR (%s): %d of %d segments have a neighbouring span", self.method_args.master_npr_pairs,
-                 paired, len(examples))
+        pairs = None if "npr" not in self.tasks else self.method_args.master_npr_pairs
+        examples = MasterExamples(segments, pairs, self.tables.continuation)
+        if pairs is None:
+            return examples
+        paired = sum(examples.paired(row) for row in range(len(examples)))
+        log.info("NPR (%s): %d of %d segments have a neighbouring span", pairs, paired, len(examples))
         if paired == 0:
             log.warning("NPR has no pair in this corpus; try --master-npr-pairs halves")
         return examples

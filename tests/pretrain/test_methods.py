@@ -11,6 +11,7 @@ from retromae_ir.pretrain.arguments import MaskingArguments
 from retromae_ir.pretrain.base import DECODERS_FILE, CheckpointError
 from retromae_ir.pretrain.collate import Segment
 from retromae_ir.pretrain.contrastive import ContrastiveArguments, with_contrastive
+from retromae_ir.pretrain.data import document_runs
 from retromae_ir.pretrain.dupmae import DupMAEArguments, bow_loss, bow_target, ot_vector
 
 from pretrain_helpers import sentence
@@ -77,11 +78,15 @@ def test_contrastive_term_is_added(tiny_bert_dir):
     cls = with_contrastive(get_method("retromae"), ContrastiveArguments(contrastive_weight=0.5, temperature=0.1))
     model = cls.from_pretrained(tiny_bert_dir, MaskingArguments())
     model.eval()
-    segs = segments(model.tokenizer) + [Segment("d0", 1, (2000, 2001, 2002))]
-    model.make_examples(segs)
-    batch = model.make_collator()(segs, torch.Generator().manual_seed(0))
+    first, *others = segments(model.tokenizer)
+    segs = [first, Segment("d0", 1, (2000, 2001, 2002)), *others]  # a document's segments in a row, as read
+    examples = model.make_examples(segs)
+    batch = model.make_collator()(list(examples), torch.Generator().manual_seed(0))
     assert batch["positive_input_ids"][0, 1:4].tolist() == [2000, 2001, 2002]  # the other segment of d0
-    assert batch["document"].tolist() == [*range(8), 0]  # d0's two segments: one document, not each other's negative
+    assert batch["positive_input_ids"][1, 1:1 + len(first.input_ids)].tolist() == list(first.input_ids)
+    assert batch["document"].tolist() == [0, *range(8)]  # d0's two segments: one document, not each other's negative
+    with pytest.raises(ValueError, match="the segments of a document must be consecutive rows"):
+        document_runs([*segs[1:], first])  # d0 split around the others: its pairing would miss one
     torch.manual_seed(0)
     losses = model(batch)
     assert losses["ctr"] > 0 and torch.isclose(losses["loss"], losses["mlm"] + losses["dec"] + 0.5 * losses["ctr"])
@@ -128,3 +133,35 @@ def test_the_contrastive_temperature_without_the_contrastive_loss_is_refused():
         ContrastiveArguments(temperature=0.1)
     ContrastiveArguments(temperature=0.1, contrastive_weight=1.0)
     ContrastiveArguments()
+
+
+def test_positives_from_the_flat_table_are_the_per_document_lists_choice(tiny_bert_dir, tmp_path):
+    """The collator finds a document's other segments by their rows in the corpus's table, instead of keeping a
+    list of every segment per document (the whole corpus's tokens as Python tuples): the same positive for every
+    row under the same generator, and the same document numbers, as the lists gave."""
+    from collections import defaultdict
+
+    from retromae_ir.pretrain.contrastive import NumberedSegments, PositiveSpanCollator
+    from retromae_ir.pretrain.data import load_segments
+
+    corpus = tmp_path / "c.jsonl"
+    texts = ["one two three four five six seven", "eight", "nine ten eleven twelve", "thirteen fourteen"]
+    corpus.write_text("".join(f'{{"id": "d{i}", "text": "{t}"}}\n' for i, t in enumerate(texts)))
+    table = load_segments(corpus, get_method("retromae").from_pretrained(tiny_bert_dir, MaskingArguments()).tokenizer,
+                          4)  # 2 tokens a segment: documents of 4, 1, 2 and 1 segments
+    collator = PositiveSpanCollator(lambda segments, generator: {}, None, table)
+    by_doc = defaultdict(list)  # the per-document lists the collator kept before
+    for segment in table:
+        by_doc[segment.docid].append(segment)
+    for row, segment in enumerate(NumberedSegments(table)):
+        chosen = collator.positive(segment, torch.Generator().manual_seed(row))
+        generator = torch.Generator().manual_seed(row)
+        others = [s for s in by_doc[segment.docid] if s.index != segment.index]
+        if others:
+            expected = others[int(torch.randint(len(others), (1,), generator=generator))].input_ids
+        else:
+            half = max(1, len(segment.input_ids) // 2)
+            start = int(torch.randint(len(segment.input_ids) - half + 1, (1,), generator=generator))
+            expected = segment.input_ids[start:start + half]
+        assert chosen == expected
+    assert collator.run_of.tolist() == [list(by_doc).index(s.docid) for s in table] == [0, 0, 0, 0, 1, 2, 2, 3]
