@@ -22,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from retromae_ir.cli import Repeatable, add_debug_flag, command
+from retromae_ir.cli import Repeatable, add_debug_flag, check_at_least_one, command
 
 DTYPES = ("auto", "bf16", "fp32")
 
@@ -52,6 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "and the final run must use the same precision)")
     parser.add_argument("--threads", type=int, default=2, help="torch / faiss CPU threads, Lucene indexing threads")
     args = parser.parse_args(argv)
+    check_at_least_one(args, "chunk_size", "batch_size", "threads")
     if args.shard_count < 1:
         parser.error("--shard-count must be at least 1")
     if args.shard_id is not None and not 0 <= args.shard_id < args.shard_count:
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae_ir.evaluate.retrievers import runs_folder_claimed
     from retromae_ir.io import claim_output
     from retromae_ir.search.retriever import EncoderRetriever
-    from retromae_ir.logs import FORMAT
+    from retromae_ir.logs import FORMAT, log_beside
 
     logging.basicConfig(level=logging.INFO, format=FORMAT)
     card = load_card(args.encoder)
@@ -96,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     model = EncoderModel.from_card(card, device=args.device, bf16=None if args.dtype == "auto" else
                                    args.dtype == "bf16")
-    if args.shard_id is not None and args.shard_count > 1:
-        nq.build_index(model, args.corpus, index_dir, args.shard_id, args.shard_count, args.chunk_size,
-                       args.batch_size, args.threads)
+    if args.shard_id is not None and args.shard_count > 1:  # hours on a GPU: its log beside the shards' index
+        index_dir.mkdir(parents=True, exist_ok=True)
+        with log_beside(index_dir / f"shard-{args.shard_id}-of-{args.shard_count}"):
+            nq.build_index(model, args.corpus, index_dir, args.shard_id, args.shard_count, args.chunk_size,
+                           args.batch_size, args.threads)
         print(f"shard {args.shard_id} of {args.shard_count} encoded under {index_dir}; when every shard is, run "
               f"again with --shard-count {args.shard_count} and no --shard-id")
         return 0

@@ -34,6 +34,7 @@ from retromae_ir import mine, submit  # noqa: E402
 from retromae_ir.encode.__main__ import main as encode_main  # noqa: E402
 from retromae_ir.finetune.__main__ import main as finetune_main  # noqa: E402
 from retromae_ir.pretrain.__main__ import main as pretrain_main  # noqa: E402
+from retromae_ir.pretrain.generate import main as generate_main  # noqa: E402
 from retromae_ir.repro.__main__ import main as repro_main  # noqa: E402
 from retromae_ir.rerank.__main__ import main as rerank_main  # noqa: E402
 from retromae_ir.search.__main__ import main as search_main  # noqa: E402
@@ -194,7 +195,7 @@ def rerank_score(world, f, card, out, extra=()):
                          str(f["corpus"]), "--output", str(out), "--device", "cpu", "--max-length", "32", *extra]
 
 
-def beir(world, f, card, out):
+def beir(world, f, card, out, extra=()):
     """BEIR's layout (data/scifact/{corpus.jsonl, queries.jsonl, qrels/test.tsv}) made of the case's files."""
     data = f["corpus"].parent / "data" / "scifact"
     (data / "qrels").mkdir(parents=True)
@@ -206,7 +207,12 @@ def beir(world, f, card, out):
     (data / "queries.jsonl").write_text(jsonl([{"_id": q, "text": t} for q, t in topics]))
     return beir_all.main, ["--encoder", str(card), "--search", "dense", "--datasets", "scifact", "--data-dir",
                            str(data.parent), "--runs-dir", str(out.parent), "--index-dir", str(out.parent / "indexes"),
-                           "--no-download", "--threads", "1"]
+                           "--no-download", "--threads", "1", *extra]
+
+
+def generate(world, f, card, out, extra=()):
+    return generate_main, ["--corpus", str(f["corpus"]), "--output", str(out), "--doc2query-model", "none",
+                           "--device", "cpu", *extra]
 
 
 def submit_(world, f, card, out):
@@ -215,8 +221,8 @@ def submit_(world, f, card, out):
 
 COMMANDS = {"encode corpus": encode_corpus, "encode queries": encode_queries, "search": search,
             "finetune": finetune, "pretrain": pretrain, "mine": mine_, "rerank score": rerank_score,
-            "beir_all": beir, "submit": submit_, "rerank train": rerank_train, "finetune distill": distill}
-OUTPUT_NAME = {"search": "run.trec", "mine": "mined.jsonl", "rerank score": "scored.jsonl"}  # else a folder "out"
+            "beir_all": beir, "submit": submit_, "generate": generate, "rerank train": rerank_train, "finetune distill": distill}
+OUTPUT_NAME = {"search": "run.trec", "mine": "mined.jsonl", "rerank score": "scored.jsonl", "generate": "texts.jsonl"}  # else a folder "out"
 
 
 def run_case(world: World, tmp_path: Path, capsys, command: str, broken: dict, card: Path | None = None,
@@ -482,6 +488,10 @@ SIZE_CASES = {  # a length the tokenizer ignores, or 0 read as unset (the card's
     # read as unset: torch's own thread count, $WORLD_SIZE or one shard
     "encode corpus --threads 0": ("encode corpus", ["--threads", "0"], r"--threads must be >= 1, got 0"),
     "encode corpus --shard-num 0": ("encode corpus", ["--shard-num", "0"], r"--shard-num must be >= 1, got 0"),
+    # batched nothing: every side text counted as gone, pruned, and an empty file published (exit 0)
+    "generate --batch-size 0": ("generate", ["--batch-size", "0"], r"--batch-size must be >= 1, got 0"),
+    "generate --max-new-tokens 0": ("generate", ["--max-new-tokens", "0"], r"--max-new-tokens must be >= 1, got 0"),
+    "beir_all --batch-size 0": ("beir_all", ["--batch-size", "0"], r"--batch-size must be >= 1, got 0"),
 }
 
 

@@ -109,3 +109,18 @@ def test_a_list_flag_given_twice_keeps_both_and_replaces_its_default():
     parser.add_argument("--sets", nargs="+", action=Repeatable, default=["a", "b"])
     assert parser.parse_args([]).sets == ["a", "b"]
     assert parser.parse_args(["--sets", "c", "--sets", "d"]).sets == ["c", "d"]
+
+
+@pytest.mark.parametrize("method", ["retromae", "dupmae", "master"])
+def test_each_pretraining_method_help_exits_0(method, capsys):
+    """``--method X --help`` adds the method's options to the help; MASTER's had an unescaped ``%`` ("80% [MASK]"),
+    and argparse's formatting of it stopped the help with exit 2."""
+    from retromae_ir.pretrain.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--method", method, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m retromae_ir.pretrain") and not UNDERSCORE_FLAG.findall(out)
+    if method == "master":
+        assert "bert: 80% [MASK], 10% a random token" in " ".join(out.split())

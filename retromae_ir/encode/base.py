@@ -265,8 +265,8 @@ class EncoderModel(torch.nn.Module):
         width = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # BERT's 4x when unnamed
         return token_budget(self.device, width, element_bytes=2 if self.bf16 else 4)
 
-    def encode_query(self, texts: list[str], batch_size: int = 64) -> Encoded:
-        return self.encode(texts, self.card.max_query_length, self.card.query_k, batch_size)
+    def encode_query(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> Encoded:
+        return self.encode(texts, self.card.max_query_length, self.card.query_k, batch_size, progress)
 
     def encode_passage(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> Encoded:
         return self.encode(texts, self.card.max_passage_length, self.card.k, batch_size, progress)

@@ -31,7 +31,7 @@ def encode_queries(model, topics: dict[str, str], output: str | os.PathLike, bat
         raise ValueError(f"{output} holds an encoded corpus (an index): encoding queries there would replace its "
                          "dense/ and manifest; give another --output")
     qids, texts = list(topics), list(topics.values())
-    encoded = model.encode_query(texts, batch_size)
+    encoded = model.encode_query(texts, batch_size, progress=True)  # a train topic set is minutes on a CPU
     (output / MANIFEST).unlink(missing_ok=True)  # the files change one by one: until the new manifest, incomplete
     (output / "sparse.jsonl").unlink(missing_ok=True)  # never an earlier run's sparse queries beside new dense ones
     with atomic_dir(output / "dense") as tmp:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from retromae_ir.bm25 import BM25Params, BM25Retriever
-from retromae_ir.cli import add_compile_argument, finite_float
+from retromae_ir.cli import add_compile_argument, check_at_least_one, finite_float
 from retromae_ir.io import as_stored, atomic_write, claim_output
 from retromae_ir.logs import setup_logging
 from retromae_ir.runs import MAX_DEPTH
@@ -46,7 +46,8 @@ BM25_DEFAULTS = {"k1": BM25Params.k1, "b": BM25Params.b}
 
 
 def check_retriever_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse a flag of the retriever not chosen: given, it would be accepted and ignored."""
+    """Refuse a flag of the retriever not chosen: given, it would be accepted and ignored; and sizes below 1."""
+    check_at_least_one(args, "threads", "batch_size")
     for flag in ("search", "compile", *ENCODER_DEFAULTS):
         if getattr(args, flag) is not None and not args.encoder:
             parser.error(f"--{flag.replace('_', '-')} goes with --encoder")
@@ -75,7 +76,8 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
     i.e. the evaluation cache), locked for the whole block so a second driver writing it fails at once, logging to
     ``<runs folder>/<log_name>``; ``claim_output`` deletes the ``.*.tmp`` a killed run-file write left. (Each index is
     locked by the code that builds it, see ``bm25.build_index`` and ``EncoderRetriever.build_index``.) A runs folder
-    this session created is removed again when the block fails, so a failed driver leaves nothing behind."""
+    this session created is removed again when the block fails before writing a run file, so a failed driver leaves
+    nothing behind; one that wrote run files keeps them (``runs_folder_claimed``)."""
     retriever = make_retriever(args)
     out_dir = args.runs_dir / retriever.name
     before = (logging.getLogger().handlers[:], logging.getLogger().level)
@@ -89,15 +91,21 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
 
 @contextlib.contextmanager
 def runs_folder_claimed(out_dir: Path, owner: dict, locked: bool) -> Iterator[None]:
-    """``claim_runs_folder`` for a block that writes in ``out_dir``; if the block fails, what the claim added is
-    taken back, so a failed driver leaves nothing behind and does not take an older folder for its retriever (a
-    mistyped checkpoint). ``locked``: the caller holds ``out_dir``'s lock, so a folder it created is removed whole;
-    else (eval/nq.py, writing a subfolder beside other drivers' runs) only the record, and the folder if left empty."""
+    """``claim_runs_folder`` for a block that writes in ``out_dir``; if the block fails before it has written a run
+    file, what the claim added is taken back, so a failed driver leaves nothing behind and does not take an older
+    folder for its retriever (a mistyped checkpoint). Run files it did write stay, with the record they belong to
+    and the log: each is a finished result under its key (a suite stopped at its 17th dataset re-scores the 16
+    done; removing the folder threw them away with the traceback). ``locked``: the caller holds ``out_dir``'s lock,
+    so a folder it created is removed whole; else (eval/nq.py, writing a subfolder beside other drivers' runs)
+    only the record, and the folder if left empty."""
     created = not out_dir.exists()
+    before = _run_files(out_dir)
     adopted = claim_runs_folder(out_dir, owner)
     try:
         yield
     except BaseException:
+        if _run_files(out_dir).items() - before.items():
+            raise
         if created and locked:
             shutil.rmtree(out_dir, ignore_errors=True)
         elif created or adopted:
@@ -106,6 +114,11 @@ def runs_folder_claimed(out_dir: Path, owner: dict, locked: bool) -> Iterator[No
                 with contextlib.suppress(OSError):  # another driver wrote in it meanwhile: it stays
                     out_dir.rmdir()
         raise
+
+
+def _run_files(out_dir: Path) -> dict[str, int]:
+    """The run files in ``out_dir``, each with its modification time (a rewritten one counts as written)."""
+    return {path.name: path.stat().st_mtime_ns for path in out_dir.glob("*.trec")} if out_dir.is_dir() else {}
 
 
 OWNER_FILE = "retriever.json"

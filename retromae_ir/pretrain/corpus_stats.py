@@ -33,7 +33,7 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import add_debug_flag, check_at_least_one, command
 from retromae_ir.io import OutputLockedError, check_read_unchanged, claim_output, command_errors
 from retromae_ir.io import cache_dir as io_cache_dir
 from retromae_ir.packaged import default_model
@@ -245,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 @command
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_at_least_one(args, "batch_size")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from transformers import AutoTokenizer
 

@@ -37,7 +37,7 @@ from typing import Iterable, Iterator, Protocol, Sequence
 import torch
 from tqdm import tqdm
 
-from retromae_ir.cli import add_debug_flag, command
+from retromae_ir.cli import add_debug_flag, check_at_least_one, command
 from retromae_ir.io import as_stored, atomic_write, checkpoint_key, claim_output, key_path, read_key, write_key
 from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.data import iter_documents, segment_texts
@@ -393,6 +393,9 @@ def setup_logging(log_file: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # --batch-size 0 batched nothing: every record counted as gone and pruned, an empty output published (exit 0)
+    check_at_least_one(args, "batch_size", "num_queries", "query_top_k", "max_source_length", "max_query_length",
+                       "gpt2_top_k", "max_prompt_length", "max_new_tokens", "segment_max_length")
     if not args.corpus.is_file():
         raise FileNotFoundError(errno.ENOENT, "corpus not found", str(args.corpus))
     if args.doc2query_model.lower() == "none" and args.gpt2_model.lower() == "none":

@@ -71,7 +71,7 @@ class MasterArguments:
     master_decoder_init: str = field(default="random", metadata={
         "help": "random: fresh decoder layers; copy: copies of the encoder's last layers"})
     master_decoder_corruption: str = field(default="bert", metadata={
-        "help": "how the decoders' texts hide their masked words. bert: 80% [MASK], 10% a random token, 10% "
+        "help": "how the decoders' texts hide their masked words. bert: 80%% [MASK], 10%% a random token, 10%% "
                 "unchanged (the authors' code); mask: all [MASK] (the paper's 'masked text')"})
     master_cmp_mask_ratio: float = field(default=0.5, metadata={
         "help": "CMP: the share of words its encoder pass masks; its decoder masks the rest. 0.5: the authors' "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from retromae_ir.search.index import MODES
 
 
 DEFAULT_CANDIDATES = 1000
+logger = logging.getLogger("retromae_ir.search")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,31 +50,41 @@ def main(argv=None) -> int:
 
     from retromae_ir.data.readers import load_topics
     from retromae_ir.io import claim_output
+    from retromae_ir.logs import log_beside, setup_logging
     from retromae_ir.runs import remove_self_hits, write_trec_run
 
+    setup_logging()
     torch.set_num_threads(args.threads)
-    with claim_output(args.output):  # one writer per run file; written atomically, once the search is done
+    # one writer per run file; written atomically, once the search is done; the log beside it (OUTPUT.log)
+    with claim_output(args.output), log_beside(args.output):
         if args.remove_query:  # one hit deeper, so that a dropped self-hit leaves --hits behind
             run, tag = _search(args, load_topics(args.topics), args.hits + 1)
             run = remove_self_hits(run, args.hits)
         else:
             run, tag = _search(args, load_topics(args.topics), args.hits)
         write_trec_run(args.output, run, tag, args.hits)
-    found = sum(1 for hits in run.values() if hits)
-    print(f"wrote {args.output}: {found} queries" + (f" ({len(run) - found} of {len(run)} without any hit: "
-                                                     f"not in the run file)" if found < len(run) else ""))
+        found = sum(1 for hits in run.values() if hits)
+        summary = f"wrote {args.output}: {found} queries" + (f" ({len(run) - found} of {len(run)} without any hit: "
+                                                             "not in the run file)" if found < len(run) else "")
+        logger.info(summary)
+    print(summary)
     return 0
 
 
 def _search(args, topics: dict[str, str], hits: int) -> tuple[dict, str]:
+    from tqdm import tqdm
+
     from retromae_ir.search import BruteForceScorer, ExactHybridSearcher
 
     searcher = ExactHybridSearcher(args.index, args.encoder, args.mode, args.candidates, args.threads, args.device)
     qids, texts = list(topics), list(topics.values())
+    logger.info("searching %d topics of %s in %s: %s%s, %d hits a topic%s", len(qids), args.topics, args.index,
+                "brute-force " if args.brute_force else "", args.mode, hits,
+                f", K' {args.candidates}" if args.mode == "hybrid" and not args.brute_force else "")
     if args.brute_force:
         scorer = BruteForceScorer(searcher.index)
         run = {}
-        for start in range(0, len(texts), args.batch_size):
+        for start in tqdm(range(0, len(texts), args.batch_size), desc=f"brute-force {args.mode}", unit="batch"):
             encoded = searcher.model.encode_query(texts[start:start + args.batch_size], args.batch_size)
             found = scorer.search(encoded.dense, encoded.sparse, hits, args.mode)
             run.update({qid: dict(h) for qid, h in zip(qids[start:start + args.batch_size], found)})

@@ -17,6 +17,7 @@ import queue
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from tqdm import tqdm
 
 from retromae_ir.encode.base import Encoded, EncoderModel
 from retromae_ir.encode.manifest import check_card, check_precision, manifest_precision
@@ -67,12 +68,16 @@ class ExactHybridSearcher:
         return self._model
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, batch_size: int = 64):
-        """``{qid: [(docid, score), ...]}``, ``k`` hits per query, queries encoded ``batch_size`` at a time."""
+        """``{qid: [(docid, score), ...]}``, ``k`` hits per query, queries encoded ``batch_size`` at a time (a
+        progress bar by queries: a dev set of thousands is minutes on a CPU)."""
         run = {}
-        for start in range(0, len(queries), batch_size):
-            encoded = self.model.encode_query(queries[start:start + batch_size], batch_size)
-            for qid, hits in zip(qids[start:start + batch_size], self.search_encoded(encoded, k)):
-                run[qid] = dict(hits)
+        with tqdm(total=len(queries), desc=f"search {self.mode}", unit="query") as progress:
+            for start in range(0, len(queries), batch_size):
+                batch = queries[start:start + batch_size]
+                encoded = self.model.encode_query(batch, batch_size)
+                for qid, hits in zip(qids[start:start + batch_size], self.search_encoded(encoded, k)):
+                    run[qid] = dict(hits)
+                progress.update(len(batch))
         return run
 
     def search(self, query: str, k: int = 1000):

@@ -68,3 +68,33 @@ def test_a_named_dataset_that_cannot_be_resolved_is_an_error_beside_the_others(t
     captured = capsys.readouterr()
     assert "| scifact |" in captured.out and "error: nfcorpus:" in captured.err
     assert (tmp_path / "runs" / "bm25" / "beir-scifact.trec").is_file()
+
+
+def test_an_interrupted_suite_keeps_the_runs_it_finished(tmp_path, dirs, capsys, monkeypatch):
+    """Ctrl-C at the second dataset of a first run removed the runs folder the session had created, the first
+    dataset's finished run and the log with it; they stay, and the next invocation re-scores that run."""
+    from retromae_ir.bm25 import BM25Retriever
+
+    write_part(tmp_path / "data" / "scifact")
+    write_part(tmp_path / "data" / "nfcorpus")
+    for name in ("scifact", "nfcorpus"):
+        (tmp_path / "data" / name / "queries.jsonl").write_text('{"_id": "q", "text": "b"}\n')  # BM25 finds b
+    argv = dirs[:dirs.index("--datasets") + 2] + ["nfcorpus"] + dirs[dirs.index("--datasets") + 2:] + [
+        "--data-dir", str(tmp_path / "data")]
+    retrieve = BM25Retriever.retrieve
+
+    def interrupted(self, corpus, *args, **kwargs):
+        if "nfcorpus" in str(corpus):
+            raise KeyboardInterrupt
+        return retrieve(self, corpus, *args, **kwargs)
+
+    monkeypatch.setattr(BM25Retriever, "retrieve", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        beir_all.main(argv)
+    runs = tmp_path / "runs" / "bm25"
+    assert sorted(path.name for path in runs.iterdir() if not path.name.startswith(".")) == [
+        "beir-scifact.trec", "beir-scifact.trec.key.json", "beir.log", "retriever.json"]
+    monkeypatch.setattr(BM25Retriever, "retrieve", retrieve)
+    capsys.readouterr()
+    assert beir_all.main(argv) == 0
+    assert "reusing" in (runs / "beir.log").read_text() and "| scifact |" in capsys.readouterr().out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -258,14 +259,16 @@ def run_main(argv: list[str]) -> int:
     return driver.main(argv)
 
 
-def test_sharded_encoding_joins_to_the_single_process_result(data, tmp_path, tiny_bert_dir, capsys):
+def test_sharded_encoding_joins_to_the_single_process_result(data, tmp_path, tiny_bert_dir, capsys, caplog):
     """Two shards, then the join: the same run as one process; an unfinished shard is named; a rerun reuses."""
+    caplog.set_level(logging.INFO)  # as the command's own logging.basicConfig sets it (in a process of its own)
     corpus, qas = data
     card = str(card_file(tmp_path, tiny_bert_dir, "cls-dense"))  # dense-only: no Lucene index, no JVM
     common = ["--encoder", card, "--corpus", str(corpus), "--qas", str(qas), "--threads", "1", "--device", "cpu",
               "--dtype", "fp32", "--chunk-size", "2", "--batch-size", "2"]
     sharded = common + ["--index-dir", str(tmp_path / "index-2"), "--output", str(tmp_path / "out-2")]
     assert run_main(sharded + ["--shard-id", "0", "--shard-count", "2"]) == 0
+    assert "shard 0 of 2 encoded" in (tmp_path / "index-2" / "shard-0-of-2.log").read_text()  # a GPU job's log
     capsys.readouterr()
     with pytest.raises(SystemExit) as stopped:
         run_main(sharded + ["--shard-count", "2"])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -78,7 +79,7 @@ def test_pyserini_hybrid_cli_finds_our_encoders_by_name(handful, tmp_path, run_c
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "dense", "sparse"])
-def test_exact_hybrid_cli(handful, tmp_path, mode):
+def test_exact_hybrid_cli(handful, tmp_path, mode, capsys):
     from retromae_ir.search.__main__ import main
 
     card, index, _, topics, expected = handful
@@ -88,6 +89,9 @@ def test_exact_hybrid_cli(handful, tmp_path, mode):
     summary = validate_trec_run(run)
     assert first(read_trec_run(run)) == expected
     assert summary is not None
+    # a long search shows its progress and keeps a log beside the run (it had neither)
+    assert f"search {mode}: 100%" in capsys.readouterr().err
+    assert f"{index}" in Path(f"{run}.log").read_text()
 
 
 @pytest.mark.parametrize("extra", [["--mode", "dense"], ["--mode", "sparse"], ["--brute-force"]])
