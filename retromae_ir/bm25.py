@@ -110,7 +110,6 @@ def _index_collection(corpus: Path, folder: Path, threads: int, fingerprint: dic
     arguments = ["--collection", "JsonCollection", "--input", str(collection), "--index", str(folder / "lucene"),
                  "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
                  "--storePositions", "--storeDocvectors", "--storeRaw"]
-    logger.info("indexing %d documents: python -m pyserini.index.lucene %s", documents, " ".join(arguments))
     build_lucene_index(arguments, documents, str(corpus))
     (collection / "docs.jsonl").unlink()
     collection.rmdir()

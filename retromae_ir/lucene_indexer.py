@@ -8,10 +8,13 @@ document without terms: such a document matches nothing either way).
 """
 from __future__ import annotations
 
+import logging
 import re
 import sys
 
 from retromae_ir.process import run_child
+
+logger = logging.getLogger(__name__)
 
 # the count as Java formats it in the indexer's locale: 5,183,123, 5.183.123, 5 183 123 (U+202F), ...
 COUNTER = re.compile(r"AbstractIndexer\b.* - (indexed|unindexable|empty|skipped|errors):\s+(\d[^\n]*?)\s*$",
@@ -25,11 +28,16 @@ class IndexingError(ValueError):
 
 def build_lucene_index(arguments: list[str], documents: int, what: str) -> None:
     """Run ``python -m pyserini.index.lucene ARGUMENTS`` over a collection of ``documents`` documents (``what``
-    names it in errors); raises :class:`IndexingError` unless every document was indexed or counted empty."""
-    done = run_child([sys.executable, "-m", "pyserini.index.lucene", *arguments])
+    names it in errors); raises :class:`IndexingError` unless every document was indexed or counted empty. The
+    command and the indexer's own lines (its progress, its counters) go to the job's log as they come: an MS MARCO
+    build ran silent, and its output was dropped when it succeeded."""
+    logger.info("indexing %d documents of %s: python -m pyserini.index.lucene %s", documents, what,
+                " ".join(arguments))
+    done = run_child([sys.executable, "-m", "pyserini.index.lucene", *arguments],
+                     on_line=lambda line: logger.info("lucene: %s", line) if line.strip() else None)
     if done.returncode != 0:  # the indexer itself failed (a JVM error, memory): not the input's fault
-        raise RuntimeError(f"Lucene indexing of {what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    check_counters(done.stdout + done.stderr, documents, what)
+        raise RuntimeError(f"Lucene indexing of {what} failed (exit {done.returncode}):\n{done.stdout[-3000:]}")
+    check_counters(done.stdout, documents, what)
 
 
 def check_counters(log: str, documents: int, what: str) -> None:

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Callable
 
 PR_SET_PDEATHSIG = 1
 
@@ -30,7 +31,21 @@ def _die_with_parent():
     return preexec
 
 
-def run_child(command: list[str]) -> subprocess.CompletedProcess:
-    """``subprocess.run(command)`` with its output captured, the child killed whenever this process dies."""
+def run_child(command: list[str], on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run(command)`` with its output captured (stdout and stderr in one stream, returned as
+    ``stdout``), the child killed whenever this process dies. ``on_line`` sees each line as it comes (a long
+    child's progress, into the job's log)."""
     preexec = _die_with_parent() if sys.platform.startswith("linux") else None
-    return subprocess.run(command, capture_output=True, text=True, preexec_fn=preexec)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          preexec_fn=preexec) as child:
+        try:
+            lines = []
+            for line in child.stdout:
+                lines.append(line)
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+            child.wait()
+        except BaseException:  # Ctrl-C in the parent: the child goes too
+            child.kill()
+            raise
+    return subprocess.CompletedProcess(command, child.returncode, "".join(lines), "")

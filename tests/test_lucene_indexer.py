@@ -1,6 +1,8 @@
 """The Lucene indexer's run is checked against the documents written: it exits 0 when a thread's exception drops
 the rest of a collection file."""
 import json
+import logging
+import re
 
 import pytest
 
@@ -16,7 +18,7 @@ def collection(folder, docs):
     return folder
 
 
-def test_an_id_over_lucenes_term_limit_drops_the_collection_and_is_an_error(tmp_path):
+def test_an_id_over_lucenes_term_limit_drops_the_collection_and_is_an_error(tmp_path, caplog):
     """Measured with Pyserini 2.4: exit 0, 'indexed: 0', the index empty, for 4 documents of which one had a
     40,000-byte id."""
     docs = [("d1", "hello world"), ("d2", ""), ("x" * 40000, "big id"), ("d4", "after")]
@@ -24,7 +26,13 @@ def test_an_id_over_lucenes_term_limit_drops_the_collection_and_is_an_error(tmp_
         build_lucene_index([*ARGUMENTS, "--input", str(collection(tmp_path / "bad", docs)), "--index",
                             str(tmp_path / "bad-index")], 4, "bad")
     good = collection(tmp_path / "good", [docs[0], docs[1], docs[3]])
-    build_lucene_index([*ARGUMENTS, "--input", str(good), "--index", str(tmp_path / "good-index")], 3, "good")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="retromae_ir.lucene_indexer"):
+        build_lucene_index([*ARGUMENTS, "--input", str(good), "--index", str(tmp_path / "good-index")], 3, "good")
+    # the command and the indexer's own lines reach the job's log (its output was dropped on success)
+    logged = [record.getMessage() for record in caplog.records]
+    assert logged[0].startswith("indexing 3 documents of good: python -m pyserini.index.lucene --collection")
+    assert any(re.search(r"^lucene: .*AbstractIndexer.* - indexed:\s+2$", line) for line in logged), logged[-8:]
 
 
 def test_counters_missing_or_short_are_errors():

@@ -397,5 +397,4 @@ def build_impact_index(collection: Path, index: Path, documents: int, threads: i
     arguments = ["--collection", "JsonVectorCollection", "--input", str(collection), "--index", str(index),
                  "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads), "--impact",
                  "--pretokenized", "--optimize"]
-    logger.info("building the impact index: python -m pyserini.index.lucene %s", " ".join(arguments))
     build_lucene_index(arguments, documents, str(collection))
