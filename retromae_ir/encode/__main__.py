@@ -110,6 +110,7 @@ def run_corpus(args) -> None:
     model = _model(args)
     vocab = model.lucene_terms if model.card.sparse else model.vocab  # checked before the encoding, not after it
     folder = encode_shard(model, docids, texts, args.output, shard_id, shard_num, args.chunk_size, args.batch_size)
+    del docids, texts  # encoded: the merge reads the chunks (the texts are about 4 GB at MS MARCO's 8.8M)
     if shard_num == 1:
         merge(args.output, model.card, vocab, 1, args.threads or 1, extra={"corpus": str(path),
                                                                               "bf16": model.bf16}, work=folder.parent)

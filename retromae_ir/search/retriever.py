@@ -97,6 +97,7 @@ class EncoderRetriever:
                 docids, texts = read_corpus(corpus)
                 check_read_unchanged(corpus, digests["corpus_sha256"], "it was read")  # else indexed under its digest
                 folder = encode_shard(self.model, docids, texts, index_dir, batch_size=self.batch_size)
+                del docids, texts  # encoded: the merge reads the chunks (about 4 GB at MS MARCO's 8.8M)
                 merge(index_dir, self.card, self.model.vocab, threads=self.threads, work=folder.parent,
                       extra={"corpus": str(corpus), "bf16": self.model.bf16, **digests}, lucene=self.lucene)
             self.checked[index_dir] = (index_dir / MANIFEST).read_text()  # what retrieve() must find after opening
@@ -113,11 +114,17 @@ class EncoderRetriever:
                 "mode": self.mode, "hits": self.hits, "candidates": self.candidates}
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
+        searcher = self.open_searcher(corpus, index_name)
+        return searcher.batch_search(list(queries.values()), list(queries), k=self.hits, batch_size=self.batch_size)
+
+    def open_searcher(self, corpus: Path, index_name: str):
+        """The exact searcher over the index of ``corpus`` (built or reused), checked after opening to be the index
+        verified under the lock."""
         from retromae_ir.search.exact_hybrid import ExactHybridSearcher
 
         index_dir = self.build_index(Path(corpus), index_name)
         searcher = ExactHybridSearcher(index_dir, self.model, self.mode, candidates=self.candidates,
                                        threads=self.threads)
         check_unchanged(index_dir / MANIFEST, self.checked[index_dir])  # not replaced since checked under the lock
-        return searcher.batch_search(list(queries.values()), list(queries), k=self.hits, batch_size=self.batch_size)
+        return searcher
 

@@ -245,3 +245,30 @@ def test_the_vocabulary_is_checked_where_it_becomes_lucene_terms(dupmae_model, m
     assert dupmae_model.vocab == ["[PAD]", "a", "a"]  # read by id (the exact searcher): not checked
     with pytest.raises(ValueError, match="card tiny-dupmae's tokenizer: tokens 1 and 2 are both 'a'"):
         dupmae_model.lucene_terms
+
+
+def test_the_dense_index_is_written_into_one_buffer_as_faiss_add_writes_it(tmp_path):
+    """``write_dense`` fills one buffer of the final size (faiss's ``add`` grows by doubling: an MS MARCO index
+    briefly took twice its size) and writes the same bytes as ``add`` chunk by chunk; chunks that hold another
+    count than the documents recorded are refused."""
+    import faiss
+
+    from retromae_ir.encode.cards import EncoderCard
+    from retromae_ir.encode.corpus import write_dense
+
+    card = EncoderCard(name="t", checkpoint="x", kind="cls-dense", dims=8)
+    vectors = np.random.default_rng(0).standard_normal((11, 8)).astype(np.float32)
+    chunks = [([f"d{i}" for i in range(start, min(start + 4, 11))], vectors[start:start + 4])
+              for start in range(0, 11, 4)]
+    (tmp_path / "ours").mkdir()
+    assert write_dense(tmp_path / "ours", card, iter(chunks), 11) == 11
+    added = faiss.IndexFlatIP(8)
+    for _, dense in chunks:
+        added.add(dense)
+    faiss.write_index(added, str(tmp_path / "added"))
+    assert (tmp_path / "ours" / "index").read_bytes() == (tmp_path / "added").read_bytes()
+    assert (tmp_path / "ours" / "docid").read_text().split() == [f"d{i}" for i in range(11)]
+    for recorded, message in ((12, "hold 11 documents, 12 recorded"), (10, "hold more than the 10 documents")):
+        (tmp_path / f"n{recorded}").mkdir()
+        with pytest.raises(IndexMismatchError, match=message):
+            write_dense(tmp_path / f"n{recorded}", card, iter(chunks), recorded)

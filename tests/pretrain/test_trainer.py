@@ -348,3 +348,19 @@ def test_the_process_group_backend_follows_the_run_device(monkeypatch, device, b
     monkeypatch.setattr(trainer.dist, "get_world_size", lambda: 2)
     assert trainer._distributed_rank_world(device) == (1, 2)
     assert started == [backend] and devices == ([1] if device == "cuda" else [])
+
+
+def test_the_trainer_learns(tiny_bert_dir, corpus, tmp_path):
+    """The loop itself (its optimizer's parameter groups, learning-rate plan, accumulation, clipping) lowers the
+    loss and moves the encoder: the other tests drive the model by hand or compare two runs of the loop with each
+    other, which an optimizer left without the encoder's parameters, or a plan stuck near 0, would pass."""
+    trainer = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", max_steps=12, grad_accum=1, lr=3e-3,
+                                                            warmup_ratio=0.0, save_steps=0))
+    start = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    losses = [row["loss"] for row in trainer.history]
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.5, losses
+    moved = [name for name, p in trainer.model.named_parameters() if not torch.equal(p.detach(), start[name])]
+    assert any(name.startswith("encoder.") and "embeddings" in name for name in moved)
+    assert any(name.startswith("encoder.") and "layer.1." in name for name in moved)
+    assert trainer.history[0]["lr"] == pytest.approx(3e-3) and trainer.optimizer.param_groups[0]["lr"] > 0
