@@ -53,13 +53,14 @@ def test_bf16_model_is_loaded_on_the_asked_device(precision_ndcg, monkeypatch):
     assert calls == [("dupmae-minilm", "cpu", True)]
 
 
-def test_precision_device_defaults_and_int8_stays_on_the_cpu(precision_ndcg):
+def test_precision_device_defaults_and_int8_stays_on_the_cpu(precision_ndcg, capsys):
     args = precision_ndcg.parse_args(PRECISION_ARGS)
     assert (args.dtype, args.device, args.lucene) == ("int8", "cpu", True)
     args = precision_ndcg.parse_args(PRECISION_ARGS + ["--dtype", "bf16", "--no-lucene"])
     assert args.device == ("cuda" if torch.cuda.is_available() else "cpu") and args.lucene is False
     with pytest.raises(SystemExit):
         precision_ndcg.parse_args(PRECISION_ARGS + ["--dtype", "int8", "--device", "cuda"])
+    assert "--dtype int8 runs on the CPU only" in capsys.readouterr().err
 
 
 def test_encode_step_alone_needs_no_index(encode_search, capsys):

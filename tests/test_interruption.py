@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,6 +105,9 @@ def test_pretraining_killed_after_a_checkpoint_then_resumed_gives_the_uninterrup
     killed_once(pretrain(interrupted), lambda: (interrupted / "checkpoints" / "step-2").is_dir())
     assert not (interrupted / "model.safetensors").exists()
     run(pretrain(interrupted, "--resume"))
+    # resumed, not trained again from step 0 (which deterministic training would make look the same)
+    assert re.search(r"resumed from \S*interrupted/checkpoints/step-\d+ at step \d+",
+                     (interrupted / "train.log").read_text())
     assert_same_weights(tmp_path / "straight", interrupted)
     # the loss curve too: killed between the checkpoint and loss.csv's rewrite, steps 1-2 used to be lost for good
     assert (interrupted / "loss.csv").read_text() == (tmp_path / "straight" / "loss.csv").read_text()
@@ -162,6 +166,8 @@ def test_finetuning_killed_after_a_checkpoint_then_resumed_gives_the_uninterrupt
     killed_once(finetune(interrupted), lambda: (interrupted / "checkpoints" / "step-2").is_dir())
     assert not (interrupted / "card.yaml").exists()
     run(finetune(interrupted, "--resume"))
+    assert re.search(r"resumed from \S*interrupted/checkpoints/step-\d+ at step \d+",
+                     (interrupted / "train.log").read_text())
     assert_same_weights(tmp_path / "straight", interrupted)
     assert (interrupted / "loss.csv").read_text() == (tmp_path / "straight" / "loss.csv").read_text()
 

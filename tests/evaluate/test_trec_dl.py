@@ -63,9 +63,11 @@ def test_bm25_over_a_collection_of_judged_passages(shared_data, tmp_path, capsys
     header = table[0].split(",")
     rows = {r.split(",")[0]: dict(zip(header, r.split(","))) for r in table[1:]}
     assert rows["dl19"]["queries"] == "43" and rows["dl20"]["queries"] == "54"
-    for name in ("dl19", "dl20"):
-        assert float(rows[name]["ndcg@10"]) > 0.5
-        assert float(rows[name]["recall@1000"]) > 0.95
+    got = {name: (round(float(rows[name]["ndcg@10"]), 4), round(float(rows[name]["map"]), 4),
+                  round(float(rows[name]["recall@1000"]), 4)) for name in ("dl19", "dl20")}
+    # every highly relevant passage holds its query's text, so MAP and R@1000 (rel >= 2) are 1; nDCG@10 below 1
+    # only where grade-3 passages tie with grade-2 ones (one text for both); pinned, so a scoring change shows
+    assert got == {"dl19": (0.8524, 1.0, 1.0), "dl20": (0.8629, 1.0, 1.0)}
 
 
 def test_missing_collection_is_a_clear_error(tmp_path, capsys):

@@ -170,7 +170,7 @@ def test_mining_logs_beside_its_output_and_a_refused_run_leaves_no_log(tmp_path,
 
     (tmp_path / "neg.jsonl.log").unlink()
     serve(monkeypatch, crashing)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="a bug, not a refusal"):
         mining._mine_into(args)
     assert (tmp_path / "neg.jsonl.log").is_file()  # a crash keeps its log, to be read
 

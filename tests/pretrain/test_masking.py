@@ -110,4 +110,4 @@ def test_position_specific_mask_follows_the_ratio(tables, batch):
     ordinary = tables.ordinary(batch)
     visible = position_specific_mask(tables.words(batch), visible_ratio=0.1)
     seen = visible[:, :, 1:].sum(-1)[ordinary].float() / ordinary.sum(-1, keepdim=True).expand_as(ordinary)[ordinary]
-    assert seen.mean() < 0.25
+    assert abs(seen.mean() - 0.1) < 0.03  # a decoder that sees nothing (or a fifth) is not the ratio asked for

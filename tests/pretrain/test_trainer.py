@@ -364,3 +364,39 @@ def test_the_trainer_learns(tiny_bert_dir, corpus, tmp_path):
     assert any(name.startswith("encoder.") and "embeddings" in name for name in moved)
     assert any(name.startswith("encoder.") and "layer.1." in name for name in moved)
     assert trainer.history[0]["lr"] == pytest.approx(3e-3) and trainer.optimizer.param_groups[0]["lr"] > 0
+
+
+def test_a_short_last_window_steps_on_the_mean_gradient_of_its_micro_batches(tiny_bert_dir, corpus, tmp_path):
+    """The last step of an --epochs run accumulates fewer micro-batches than --grad-accum: its update must be the
+    mean of their gradients (divided by the window's length, not by --grad-accum), which the logged loss alone
+    does not show."""
+    import copy
+
+    from retromae_ir.training.trainer import micro_seeds
+
+    trainer = fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", max_steps=-1, epochs=1, grad_accum=5,
+                                                            batch_size=2, max_grad_norm=0.0, save_steps=0))
+    last = trainer.schedule.max_steps - 1
+    window = trainer.schedule.window(last)
+    assert 0 < len(window) < 5, "the corpus must leave a short last window"
+    step, checked = trainer.optimizer.step, []
+
+    def check_then_step(*args, **kwargs):
+        if trainer.step == last:  # the gradient the loop accumulated, against the mean computed apart
+            model = copy.deepcopy(trainer.model)
+            model.zero_grad(set_to_none=True)
+            for micro in window:
+                collator_seed, torch_seed = micro_seeds(trainer.args.seed, micro, 0)
+                examples = [trainer.examples[i] for i in trainer.schedule.indices(micro, 0, trainer.args.seed)]
+                batch = trainer.collator(examples, torch.Generator().manual_seed(collator_seed))
+                torch.manual_seed(torch_seed)
+                (model(batch)["loss"] / len(window)).backward()
+            for (name, ours), theirs in zip(trainer.model.named_parameters(), model.parameters()):
+                if ours.grad is not None:
+                    assert torch.allclose(ours.grad, theirs.grad, rtol=1e-4, atol=1e-7), name
+            checked.append(last)
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = check_then_step
+    trainer.train()
+    assert checked == [last]
