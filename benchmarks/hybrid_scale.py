@@ -181,7 +181,7 @@ class SyntheticModel:
         first = int(texts[0].rsplit(" ", 1)[1])
         return self.synthetic.documents(first, first + len(texts))
 
-    def encode_query(self, texts, batch_size: int = 64):
+    def encode_query(self, texts, batch_size: int = 64, progress: bool = False):
         from retromae_ir.encode.base import Encoded
 
         rows = [int(text.rsplit(" ", 1)[1]) for text in texts]
