@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
     from retromae_ir.evaluate.report import format_markdown, write_table
     from retromae_ir.evaluate.retrievers import runs_folder_claimed
     from retromae_ir.io import claim_output
-    from retromae_ir.search.retriever import EncoderRetriever
     from retromae_ir.logs import FORMAT, log_beside
+    from retromae_ir.search.retriever import EncoderRetriever
 
     logging.basicConfig(level=logging.INFO, format=FORMAT)
     card = load_card(args.encoder)
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # in the card's runs folder (the default), NQ's results are that checkpoint's, as BEIR's and TREC DL's beside them
     card_runs = Path("runs") / card.name
-    with claim_output(output), (runs_folder_claimed(card_runs, EncoderRetriever(card).owner, locked=False)
+    with claim_output(output), (runs_folder_claimed(card_runs, EncoderRetriever(card).owner, results=output)
                                 if output.resolve().parent == card_runs.resolve() else contextlib.nullcontext()):
         created = not output.exists()
         output.mkdir(parents=True, exist_ok=True)

@@ -36,8 +36,8 @@ def run_child(command: list[str], on_line: Callable[[str], None] | None = None) 
     ``stdout``), the child killed whenever this process dies. ``on_line`` sees each line as it comes (a long
     child's progress, into the job's log)."""
     preexec = _die_with_parent() if sys.platform.startswith("linux") else None
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          preexec_fn=preexec) as child:
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8",
+                          errors="backslashreplace", preexec_fn=preexec) as child:  # a stray byte kills nothing
         try:
             lines = []
             for line in child.stdout:

@@ -1,5 +1,5 @@
 """Document ids as one bytes block plus offsets: an index's docid file, a pre-training corpus's documents. Shared
-by encoding, search and pre-training, so it lives with the data."""
+by search and pre-training, so it lives with the data."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

@@ -76,12 +76,12 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
     i.e. the evaluation cache), locked for the whole block so a second driver writing it fails at once, logging to
     ``<runs folder>/<log_name>``; ``claim_output`` deletes the ``.*.tmp`` a killed run-file write left. (Each index is
     locked by the code that builds it, see ``bm25.build_index`` and ``EncoderRetriever.build_index``.) A runs folder
-    this session created is removed again when the block fails before writing a run file, so a failed driver leaves
-    nothing behind; one that wrote run files keeps them (``runs_folder_claimed``)."""
+    this session created is removed again when the block fails before writing a run file (what it added, see
+    ``runs_folder_claimed``), so a failed driver leaves nothing behind; one that wrote run files keeps them."""
     retriever = make_retriever(args)
     out_dir = args.runs_dir / retriever.name
     before = (logging.getLogger().handlers[:], logging.getLogger().level)
-    with claim_output(out_dir), runs_folder_claimed(out_dir, retriever.owner, locked=True):
+    with claim_output(out_dir), runs_folder_claimed(out_dir, retriever.owner, out_dir / log_name):
         setup_logging(out_dir / log_name)
         try:
             yield retriever, out_dir
@@ -90,35 +90,40 @@ def evaluation_session(args: argparse.Namespace, log_name: str) -> Iterator[tupl
 
 
 @contextlib.contextmanager
-def runs_folder_claimed(out_dir: Path, owner: dict, locked: bool) -> Iterator[None]:
+def runs_folder_claimed(out_dir: Path, owner: dict, log: Path | None = None,
+                        results: Path | None = None) -> Iterator[None]:
     """``claim_runs_folder`` for a block that writes in ``out_dir``; if the block fails before it has written a run
-    file, what the claim added is taken back, so a failed driver leaves nothing behind and does not take an older
-    folder for its retriever (a mistyped checkpoint). Run files it did write stay, with the record they belong to
-    and the log: each is a finished result under its key (a suite stopped at its 17th dataset re-scores the 16
-    done; removing the folder threw them away with the traceback). ``locked``: the caller holds ``out_dir``'s lock,
-    so a folder it created is removed whole; else (eval/nq.py, writing a subfolder beside other drivers' runs)
-    only the record, and the folder if left empty."""
+    file, what it added is taken back: the record (so it does not take an older folder for its retriever: a
+    mistyped checkpoint), the ``log`` it started, and the folder if that leaves it empty, so a failed driver leaves
+    nothing behind. Only what it added: another driver may be writing beside it (eval/nq.py's ``runs/<card>/nq``
+    is locked on its own). Run files it did write stay, with the record they belong to and the log: each is a
+    finished result under its key (a suite stopped at its 17th dataset re-scores the 16 done; removing the folder
+    threw them away with the traceback). ``results``: the folder the block writes its run files in (default
+    ``out_dir``; eval/nq.py's is its subfolder)."""
+    results = results or out_dir
     created = not out_dir.exists()
-    before = _run_files(out_dir)
+    logged = log is not None and not log.exists()
+    before = _run_files(results)
     adopted = claim_runs_folder(out_dir, owner)
     try:
         yield
     except BaseException:
-        if _run_files(out_dir).items() - before.items():
+        if _run_files(results).items() - before.items():
             raise
-        if created and locked:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        elif created or adopted:
+        if created or adopted:
             (out_dir / OWNER_FILE).unlink(missing_ok=True)
-            if created:
-                with contextlib.suppress(OSError):  # another driver wrote in it meanwhile: it stays
-                    out_dir.rmdir()
+        if logged:
+            log.unlink(missing_ok=True)
+        if created:
+            with contextlib.suppress(OSError):  # another driver wrote in it meanwhile: it stays
+                out_dir.rmdir()
         raise
 
 
-def _run_files(out_dir: Path) -> dict[str, int]:
-    """The run files in ``out_dir``, each with its modification time (a rewritten one counts as written)."""
-    return {path.name: path.stat().st_mtime_ns for path in out_dir.glob("*.trec")} if out_dir.is_dir() else {}
+def _run_files(folder: Path) -> dict[str, tuple[int, int]]:
+    """The run files in ``folder``, each with its inode and modification time: a run file is replaced by a
+    rename, so a rewritten one counts as written even within one clock tick."""
+    return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in folder.glob("*.trec")}
 
 
 OWNER_FILE = "retriever.json"

@@ -394,8 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # --batch-size 0 batched nothing: every record counted as gone and pruned, an empty output published (exit 0)
-    check_at_least_one(args, "batch_size", "num_queries", "query_top_k", "max_source_length", "max_query_length",
-                       "gpt2_top_k", "max_prompt_length", "max_new_tokens", "segment_max_length")
+    # (the top-k's are not sizes: 0 samples without a top-k filter, as transformers' generate reads it)
+    check_at_least_one(args, "batch_size", "num_queries", "max_source_length", "max_query_length",
+                       "max_prompt_length", "max_new_tokens", "segment_max_length")
     if not args.corpus.is_file():
         raise FileNotFoundError(errno.ENOENT, "corpus not found", str(args.corpus))
     if args.doc2query_model.lower() == "none" and args.gpt2_model.lower() == "none":

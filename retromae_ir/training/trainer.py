@@ -448,6 +448,8 @@ class Trainer:
         # a checkpoint already at the end (a kill before its publish) is published as it is: saved again, it would
         # record this invocation's schedule and arguments for steps trained under the first's
         final = self.save_checkpoint() if self.step > start else resume_from
+        if self.is_main and final is resume_from:  # its curve, as the kill may have come before it was written
+            self._write_curves()
         if self.is_main:
             _publish(final, self.output)
             log.info("final checkpoint in %s", self.output)

@@ -98,3 +98,22 @@ def test_an_interrupted_suite_keeps_the_runs_it_finished(tmp_path, dirs, capsys,
     capsys.readouterr()
     assert beir_all.main(argv) == 0
     assert "reusing" in (runs / "beir.log").read_text() and "| scifact |" in capsys.readouterr().out
+
+
+def test_a_failed_first_run_takes_back_only_what_it_added(tmp_path, dirs, monkeypatch):
+    """The runs folder a failed session created was removed whole: eval/nq.py writing runs/<card>/nq beside it
+    (locked on its own) lost its output. Only the session's record and log go, and the folder if that empties it."""
+    from retromae_ir.bm25 import BM25Retriever
+
+    write_part(tmp_path / "data" / "scifact")
+    runs = tmp_path / "runs" / "bm25"
+
+    def another_driver_writes_then_this_one_fails(self, corpus, *args, **kwargs):
+        (runs / "nq").mkdir()
+        (runs / "nq" / "dense.trec").write_text("")  # another driver's, not this session's
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BM25Retriever, "retrieve", another_driver_writes_then_this_one_fails)
+    with pytest.raises(KeyboardInterrupt):
+        beir_all.main(dirs + ["--data-dir", str(tmp_path / "data")])
+    assert sorted(str(path.relative_to(runs)) for path in runs.rglob("*")) == ["nq", "nq/dense.trec"]

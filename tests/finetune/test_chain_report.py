@@ -199,3 +199,8 @@ def test_the_anchor_verdict_names_each_mode_against_each_baseline():
     close = {**RESULTS, "2-stage2": {"eval_wall_s": 1.0, "sparse": {"ndcg@10": 0.80004}}}
     assert "sparse 0.8000 (+4.0e-05 vs BM25 flat, +0.0100 vs all-MiniLM" in chain.anchor_verdict(close, baselines)
     assert chain.anchor_verdict({}, baselines) == ""
+
+
+def test_a_gap_shows_the_first_digit_that_tells_it_from_a_tie():
+    assert [chain.gap(d) for d in (0.0, 0.04, -0.00012, 4.9e-5, -1e-6)] == [
+        "+0.0000", "+0.0400", "-0.0001", "+4.9e-05", "-1.0e-06"]

@@ -420,3 +420,23 @@ def test_side_texts_of_another_id_scheme_are_refused_and_a_partial_cover_is_coun
     with caplog.at_level("WARNING", logger="retromae_ir.pretrain.side_texts"):
         assert MASTER.prepare_arguments(args, corpus, "unused", 16) == args
     assert "side texts for 2 of the 3 documents" in caplog.text
+
+
+def test_neighbouring_spans_from_the_flat_table_are_the_lookups_pairs(tokenizer, tmp_path):
+    """MASTER's examples are made as they are read, each segment paired with the next row when that row is its
+    document's next segment; the pairs are those the (docid, index + 1) lookup over every segment gave, on a
+    corpus of documents of 4, 1, 2 and 1 segments read in chunks."""
+    from retromae_ir.pretrain import data
+    from retromae_ir.pretrain.master import MasterExamples
+
+    corpus = tmp_path / "c.jsonl"
+    texts = ["one two three four five six seven", "eight", "nine ten eleven twelve", "thirteen fourteen"]
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    table = data.load_segments(corpus, tokenizer, 4)  # 2 tokens a segment
+    by_position = {(s.docid, s.index): s for s in table}
+    expected = [MasterExample(s, None, getattr(by_position.get((s.docid, s.index + 1)), "input_ids", None))
+                for s in table]
+    examples = MasterExamples(table, "segments", None)
+    assert list(examples) == expected and examples[-1] == expected[-1] and examples[1:3] == expected[1:3]
+    assert [examples.paired(row) for row in range(len(examples))] == [e.npr_target is not None for e in expected]
+    assert sum(e.npr_target is not None for e in expected) == 4  # d0's three pairs and d2's one

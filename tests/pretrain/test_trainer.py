@@ -231,7 +231,7 @@ def test_a_run_whose_epochs_ended_inside_a_window_is_not_continued_for_more(tiny
                                            "untrained; pass --overwrite"):
         fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **{**args, "epochs": 2},
                                                       resume=True)).train()
-    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **args, resume=True)).train()  # nothing to do
+    fresh_trainer(tiny_bert_dir, corpus, training(tmp_path / "out", **args, resume=True)).train()  # at its end: published
     # resumed as --max-steps 3 (whole windows: 15 micro-batches), the finished run is not saved again under that
     # schedule: it recorded 15 micro-batches and epoch 1.25 for the 12 trained, and a later --max-steps 5 passed
     # the check above and skipped micro-batches 12-14
