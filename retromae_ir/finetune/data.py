@@ -212,8 +212,8 @@ def read_qrels_examples(queries: str | Path, qrels: str | Path, corpus: dict[str
 
 def read_triples(path: str | Path) -> list[TrainExample]:
     """MS MARCO text triples grouped by query; a positive or negative seen twice for a query is kept once. A passage
-    is held once however many triples name it (triples.train.small's 39.8M rows repeat 8.8M passages: a string
-    each row was about 15 GB)."""
+    is held once however many rows name it (a string a row was a copy of a passage for each: triples.train.small
+    repeats MS MARCO's passages over tens of millions of rows)."""
     path = Path(path)
     by_query: dict[str, TrainExample] = {}
     held: dict[str, str] = {}

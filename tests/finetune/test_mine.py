@@ -176,7 +176,7 @@ def test_mining_logs_beside_its_output_and_a_refused_run_leaves_no_log(tmp_path,
 
 
 def test_queries_are_searched_and_mined_a_block_at_a_time(tmp_path, monkeypatch):
-    """The run of every query was held at once (11.7 GB for MS MARCO's train queries at 200 hits); blocks of
+    """The run of every query was held at once (11.4 GB for MS MARCO's train queries at 200 hits); blocks of
     ``MINING_BLOCK`` queries are searched and mined in turn, into the same file as one block."""
     from retromae_ir import mine as mining
 

@@ -82,7 +82,7 @@ def test_triples_grouped_by_query_and_bad_columns(tmp_path):
     examples = read_triples(path)
     assert [(e.query, e.positives, e.negatives) for e in examples] == [
         ("q1", ["p1", "p4"], ["n1", "n3"]), ("q2", ["p2"], ["n2"])]
-    # a passage named by several triples is one string (a string a row was about 15 GB for MS MARCO's triples)
+    # a passage named by several triples is one string (a string a row: a copy of a passage for every row naming it)
     write_lines(path, ["q1\tpassage one\tpassage two", "q2\tpassage two\tpassage one"])
     first, second = read_triples(path)
     assert first.positives[0] is second.negatives[0] and first.negatives[0] is second.positives[0]
