@@ -356,8 +356,8 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
 def write_dense(folder: Path, card: EncoderCard, chunks, documents: int) -> int:
     """The faiss IndexFlatIP and the docid file (one line a row) of the (docids, dense) ``chunks``, ``documents``
     rows in all; their count. The rows are copied into one buffer of the index's final size: ``add`` grows faiss's
-    storage by doubling, so an index briefly took twice its size (25.8 GB for MS MARCO's 8.8M rows at 384
-    dimensions, past a 24 GB machine, to write a 12.9 GB index)."""
+    storage by doubling, so an index briefly took twice the rows copied (24.2 GiB for MS MARCO's 8.8M rows at 384
+    dimensions, past a 24 GB machine, for a 12.6 GiB index; runs/merge-memory-doubling/)."""
     import faiss
 
     index = faiss.IndexFlatIP(card.dims)
