@@ -40,7 +40,8 @@ class MiningArguments:
     retriever: str = field(metadata={"help": "'bm25', or an encoder card (name or YAML path, e.g. a stage-1 "
                                              "output's card.yaml)"})
     corpus: str = field(metadata={"help": "BEIR corpus.jsonl"})
-    queries: str = field(metadata={"help": "topics file (BEIR queries.jsonl, TSV, ...)"})
+    queries: str = field(metadata={"aliases": ["--topics"],  # every other command's name for the topics file
+                                   "help": "topics file (BEIR queries.jsonl, TSV, ...)"})
     qrels: str = field(metadata={"help": "training qrels (BEIR qrels/train.tsv or TREC); positives are dropped"})
     output: str = field(metadata={"help": "JSONL to write"})
     min_rank: int = field(default=3, metadata={"help": "first rank negatives are sampled from (1-based)"})

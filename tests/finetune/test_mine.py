@@ -200,3 +200,13 @@ def test_queries_are_searched_and_mined_a_block_at_a_time(tmp_path, monkeypatch)
         written[block] = output.read_text()
     assert blocks == [["q0", "q1", "q2", "q3", "q4"], ["q0", "q1"], ["q2", "q3"], ["q4"]]
     assert written[2] == written[8192] and len(written[2].splitlines()) == 5
+
+
+def test_the_topics_file_is_named_as_every_other_command_names_it():
+    from retromae_ir.cli import dataclass_parser
+
+    parser = dataclass_parser([MiningArguments], "python -m retromae_ir.mine")
+    common = ["--retriever", "bm25", "--corpus", "c", "--qrels", "r", "--output", "o"]
+    (by_topics,) = parser.parse_args_into_dataclasses(common + ["--topics", "t.tsv"])
+    (by_queries,) = parser.parse_args_into_dataclasses(common + ["--queries", "t.tsv"])
+    assert by_topics == by_queries and by_topics.queries == "t.tsv"
