@@ -415,6 +415,7 @@ class Trainer:
         resume_from = self._prepare_output()
         if resume_from is not None:
             self.restore(resume_from)
+        check_same_step(self.step, self.world_size, self.device)
         if resume_from == self.output and self.step >= self.schedule.max_steps:  # its checkpoints/ were deleted
             log.info("%s is trained to step %d already: nothing to do", self.output, self.step)  # (not remade)
             if self.is_main:  # the curve of these weights: a longer continuation killed before a checkpoint wrote on
@@ -654,6 +655,20 @@ def _distributed_rank_world(device_type: str) -> tuple[int, int]:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
     return dist.get_rank(), dist.get_world_size()
+
+
+def check_same_step(step: int, world_size: int, device: torch.device) -> None:
+    """Every process starts at the same step: each finds the checkpoint to resume in the output folder as its own
+    machine sees it, and a node without the shared folder started at step 0 beside the others' step N (other data,
+    another learning rate, weights drifting apart under one DDP). Refused on every process at once."""
+    if world_size == 1:
+        return
+    bounds = torch.tensor([step, -step], dtype=torch.int64, device=device)
+    dist.all_reduce(bounds, op=dist.ReduceOp.MAX)
+    first, last = -int(bounds[1]), int(bounds[0])
+    if first != last:
+        raise TrainerError(f"the processes start at different steps ({first} to {last}): each read the output folder "
+                           "on its own machine; give every node the same (shared) --output")
 
 
 def mean_across_ranks(values: dict[str, float], world_size: int, device: torch.device) -> dict[str, float]:

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -400,3 +401,19 @@ def test_a_short_last_window_steps_on_the_mean_gradient_of_its_micro_batches(tin
     trainer.optimizer.step = check_then_step
     trainer.train()
     assert checked == [last]
+
+
+@pytest.mark.parametrize("steps, outcome", [(("4", "4"), "agreed"),
+                                            (("4", "0"), "refused: the processes start at different steps (0 to 4)")])
+def test_processes_that_would_start_at_different_steps_are_refused(tmp_path, steps, outcome):
+    """Each rank finds its checkpoint in the output as its own machine sees it: a node without the shared folder
+    started at step 0 beside the others' step 4 (other data, another learning rate, weights drifting apart)."""
+    here = Path(__file__).parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(here.parents[1]), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(here / "step_worker.py"), *steps, str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in range(2):
+        assert (tmp_path / f"rank{rank}.txt").read_text().startswith(outcome)
