@@ -336,6 +336,23 @@ def cache_dir(part: str) -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae_ir") / part
 
 
+def claim_output_waiting(output: str | os.PathLike, poll_s: float) -> contextlib.ExitStack:
+    """``claim_output(output)``, waiting (and saying so once) while another process holds it: for a cache that
+    several processes need and one of them builds (corpus statistics, a tokenised corpus under torchrun), where
+    the others then read what it wrote instead of building it again."""
+    waited = False
+    while True:
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(claim_output(output))
+            return stack
+        except OutputLockedError as error:
+            if not waited:
+                logging.getLogger(__name__).info("waiting: %s", error)
+                waited = True
+            time.sleep(poll_s)
+
+
 def env_data_root(variable: str, dataset_files: tuple[str, ...]) -> Path | None:
     """The data root ``$variable`` names (None when unset), each dataset a folder or file in it. A root that is not
     a folder, or is one dataset's own folder (it holds one of the ``dataset_files`` patterns), is an error: skipped

@@ -34,7 +34,7 @@ from typing import Sequence
 from tqdm import tqdm
 
 from retromae_ir.cli import add_debug_flag, check_at_least_one, command
-from retromae_ir.io import OutputLockedError, check_read_unchanged, claim_output, command_errors
+from retromae_ir.io import check_read_unchanged, claim_output, claim_output_waiting, command_errors
 from retromae_ir.io import cache_dir as io_cache_dir
 from retromae_ir.packaged import default_model
 from retromae_ir.pretrain.data import CorpusError, iter_documents, reader_version
@@ -156,25 +156,10 @@ def count_statistics(corpus: str | Path, tokenizer, name: str, key: StatsKey, li
     return stats
 
 
-def _claim_waiting(target: Path) -> contextlib.ExitStack:
-    """``claim_output(target)``, waiting (and saying so once) while another process holds it."""
-    waited = False
-    while True:
-        stack = contextlib.ExitStack()
-        try:
-            stack.enter_context(claim_output(target))
-            return stack
-        except OutputLockedError as error:
-            if not waited:
-                LOG.info("waiting: %s", error)
-                waited = True
-            time.sleep(LOCK_POLL_S)
-
-
 def _write(target: Path, corpus: Path, tokenizer, name: str, key: StatsKey, lines: int | None,
            batch_size: int) -> Path:
     """Under the lock on ``target``: reuse what a process we waited for wrote there, else count and write."""
-    with _claim_waiting(target):
+    with claim_output_waiting(target, LOCK_POLL_S):
         if read_matching(target, key) is not None:
             LOG.info("corpus statistics of %s: reusing %s (written while this process waited)", corpus, target)
             return target

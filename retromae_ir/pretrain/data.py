@@ -20,11 +20,12 @@ from tqdm import tqdm
 from retromae_ir.data.docids import DocidTable
 from retromae_ir.data.readers import (DataFormatError, is_json_id, iter_beir_corpus, iter_lines,
                                       iter_msmarco_collection, joined)
-from retromae_ir.io import atomic_write, check_read_unchanged, file_digest
+from retromae_ir.io import atomic_write, check_read_unchanged, claim_output_waiting, file_digest
 from retromae_ir.pretrain.collate import Segment
 
 log = logging.getLogger(__name__)
 
+CACHE_POLL_S = 2.0  # how often a process waiting for another's tokenising retries the cache's lock
 CACHE_VERSION = 5  # 5: each document's id stored once; 4: a {"text"} JSONL's title is joined, a .tsv read as MS
 # MARCO; 3: a repeated id is refused
 TOKENIZE_CHUNK = 512
@@ -237,15 +238,18 @@ def check_maskable(segments: SegmentTable, ratio: float, corpus: str | Path) -> 
 
 def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Path | None = None) -> SegmentTable:
     """Segments from ``cache`` when it was built from this corpus, tokenizer and max length; else tokenise
-    (and write the cache when one is named)."""
-    key, digest = _cache_key(path, tokenizer, max_length) if cache is not None else (None, None)  # hashes the corpus
-    if cache is not None and Path(cache).is_file():
-        cached = _read_cache(Path(cache), key)
-        if cached is not None:
-            return cached
-        log.warning("tokenised cache %s was built from other inputs; rebuilding it", cache)
-    segments = tokenize_corpus(path, tokenizer, max_length)
-    if cache is not None:
+    (and write the cache when one is named). The cache is built by one process at a time: under torchrun the first
+    rank tokenises and the others, waiting on its lock, read what it wrote (each tokenised the whole corpus)."""
+    if cache is None:
+        return tokenize_corpus(path, tokenizer, max_length)
+    key, digest = _cache_key(path, tokenizer, max_length)  # hashes the corpus
+    with claim_output_waiting(cache, CACHE_POLL_S):
+        if Path(cache).is_file():
+            cached = _read_cache(Path(cache), key)
+            if cached is not None:
+                return cached
+            log.warning("tokenised cache %s was built from other inputs; rebuilding it", cache)
+        segments = tokenize_corpus(path, tokenizer, max_length)
         check_read_unchanged(path, digest, "it was tokenised")  # else cached under the old corpus's key
         _write_cache(Path(cache), key, segments)
     return segments

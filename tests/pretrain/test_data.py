@@ -166,3 +166,29 @@ def test_each_document_id_is_held_once_at_its_own_length(tmp_path, tokenizer, mo
     assert table.documents.data == "".join(f"{docid}\n" for docid, _ in docs).encode()  # each id once
     assert table.doc_of.tolist() == [0, 0, 1, 1, 3]
     assert [(s.docid, s.index) for s in load_segments(tmp_path / "c.jsonl", tokenizer, 5, cache)] == expected
+
+
+def test_a_second_process_waits_for_the_tokenised_cache_and_reads_it(tmp_path, tokenizer, monkeypatch):
+    """Under torchrun every rank tokenised the whole corpus and wrote the same cache; the first holds the cache's
+    lock while it tokenises, and the others wait, then read what it wrote."""
+    import threading
+    import time
+
+    from retromae_ir.io import output_lock
+    from retromae_ir.pretrain import data
+
+    monkeypatch.setattr(data, "CACHE_POLL_S", 0.05)
+    corpus, cache = tmp_path / "c.txt", tmp_path / "cache.npz"
+    corpus.write_text("alpha beta gamma delta\nepsilon zeta\n")
+    table = data.tokenize_corpus(corpus, tokenizer, 16)
+    key, _ = data._cache_key(corpus, tokenizer, 16)
+    monkeypatch.setattr(data, "tokenize_corpus", lambda *args: pytest.fail("tokenised again"))
+    found = []
+    with output_lock(cache):  # the first process, tokenising
+        waiter = threading.Thread(target=lambda: found.append(load_segments(corpus, tokenizer, 16, cache)))
+        waiter.start()
+        time.sleep(0.3)
+        assert waiter.is_alive() and not found  # waiting on the lock
+        data._write_cache(cache, key, table)
+    waiter.join(timeout=30)
+    assert [list(segments) for segments in found] == [list(table)]
