@@ -56,7 +56,7 @@ def declared_pipeline(checkpoint: str) -> Declared:
 def _declared(checkpoint: str) -> Declared:
     modules_file = checkpoint_file(checkpoint, MODULES)
     if modules_file is None:
-        return Declared()
+        return _declared_by_own_card(checkpoint)
     modules = json.loads(Path(modules_file).read_text())
     classes = {_class_name(module): module.get("path", "") for module in modules}
     for module in modules:  # a Dense projection (LaBSE, distiluse) would otherwise be dropped without a word
@@ -73,6 +73,25 @@ def _declared(checkpoint: str) -> Declared:
     if config_file is None:
         return Declared(normalize=normalize)
     return Declared(_pooling(json.loads(Path(config_file).read_text()), config_file), normalize)
+
+
+def _declared_by_own_card(checkpoint: str) -> Declared:
+    """What a fine-tuned output declares in its own ``card.yaml`` (it writes no modules.json): given to another card
+    as ``checkpoint`` (``finetune --encoder X --model OUTPUT``, a chain's ``--model``), it was read as declaring
+    nothing, so a mean-pooled cosine model trained on as [CLS] with raw dot products (exit 0)."""
+    from retromae_ir import strict_yaml
+    from retromae_ir.encode.cards import OWN_CARD
+
+    path = Path(os.path.expanduser(checkpoint)) / OWN_CARD
+    if not path.is_file():
+        return Declared()
+    card = strict_yaml.load(path.read_text(encoding="utf-8"))
+    if not isinstance(card, dict):
+        return Declared()
+    pooling, normalize = card.get("pooling"), card.get("normalize")
+    if pooling not in (None, *POOLING_MODES) or normalize not in (None, True, False):
+        raise DeclarationError(f"{path}: pooling {pooling!r} / normalize {normalize!r} are not a pipeline here")
+    return Declared(pooling, normalize)
 
 
 def _class_name(module: dict) -> str:

@@ -168,3 +168,22 @@ def test_a_checkpoint_trained_again_while_it_loads_is_refused(tiny_bert_dir, tmp
     monkeypatch.setattr(MODEL_CLASSES["dupmae"], "from_checkpoint", load_then_train_again)
     with pytest.raises(InputChangedError, match=r"checkpoint .*checkpoint changed while it was loaded"):
         EncoderModel.from_card(card, device="cpu")
+
+
+def test_a_fine_tuned_output_given_as_another_cards_checkpoint_keeps_its_pooling(tiny_bert_dir, tmp_path):
+    """A fine-tuned output writes no modules.json, only its own card.yaml: given as another card's checkpoint
+    (``finetune --encoder X --model OUTPUT``), it was read as declaring nothing, and a mean-pooled cosine model went
+    on as [CLS] with raw dot products. Its card.yaml's pooling and normalize are its declaration."""
+    import shutil
+
+    from retromae_ir.encode.cards import EncoderCard
+
+    output = tmp_path / "stage2"
+    shutil.copytree(tiny_bert_dir, output)
+    bare = EncoderCard(name="x", checkpoint=str(output), kind="dupmae", dims=32)
+    assert (bare.pooling, bare.normalize) == ("cls", False)  # declares nothing: the kind's default
+    (output / "card.yaml").write_text("checkpoint: .\nkind: dupmae\ndims: 32\npooling: mean\nnormalize: true\n")
+    card = EncoderCard(name="x", checkpoint=str(output), kind="dupmae", dims=32)
+    assert (card.pooling, card.normalize) == ("mean", True)
+    explicit = EncoderCard(name="x", checkpoint=str(output), kind="dupmae", dims=32, pooling="cls", normalize=False)
+    assert (explicit.pooling, explicit.normalize) == ("cls", False)  # the card's own choice still wins
