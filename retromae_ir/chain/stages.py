@@ -23,7 +23,6 @@ from retromae_ir.chain.config import ChainConfig
 from retromae_ir.chain.settings import STAGES, check_settings, pipeline_stage, stage_settings
 from retromae_ir.bm25 import index_code
 from retromae_ir.data.beir import dataset_digest
-from retromae_ir.encode.cards import DEFAULT_SCALE
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.evaluate.metrics import EVALUATION_VERSION
 from retromae_ir.finetune.data import MASKING_VERSION, twin_rule_acts
@@ -240,14 +239,12 @@ class Chain:
 
     def write_card(self, name: str, checkpoint: Path | str, sparse_weight: float = 1.0) -> Path:
         """A DupMAE card over ``checkpoint`` with the configuration's lengths and k; pooling and normalisation are
-        what the checkpoint declares (retromae_ir/encode/declared.py). Its impact ``scale`` keeps the Lucene side
-        as fine as at weight 1 whatever the weight (sqrt of it is folded into each side's vector before rounding:
-        at the chosen 0.002 the default 100 rounded OT weights in steps of 0.22, and dropped those below 0.11)."""
+        what the checkpoint declares (retromae_ir/encode/declared.py)."""
         c, card = self.config, self.output / f"{name}.yaml"
         card.write_text(yaml.safe_dump({"checkpoint": self.as_written(checkpoint), "kind": "dupmae",
                                         "dims": self.hidden(checkpoint), "k": c.k, "query_k": c.query_k,
-                                        "sparse_weight": sparse_weight, "scale": DEFAULT_SCALE / sparse_weight ** 0.5,
-                                        "max_query_length": c.query_length, "max_passage_length": c.passage_length}))
+                                        "sparse_weight": sparse_weight, "max_query_length": c.query_length,
+                                        "max_passage_length": c.passage_length}))
         return card
 
     def as_written(self, checkpoint: Path | str) -> str:

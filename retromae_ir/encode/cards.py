@@ -28,7 +28,6 @@ from retromae_ir import strict_yaml
 logger = logging.getLogger(__name__)
 
 CARD_DIR = Path(__file__).resolve().parents[2] / "encoders"
-DEFAULT_SCALE = 100.0  # impacts round(w * scale): 0.005 of a weight, at weight (lambda) 1
 OWN_CARD = "card.yaml"  # a fine-tuned output's card of the checkpoint beside it (retromae_ir.finetune.model)
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 KINDS = {  # kind -> (default pooling, has a sparse OT side)
@@ -55,7 +54,7 @@ class EncoderCard:
     k: int | None = 384
     query_k: int | None = None
     activation: str = "log1p_relu"
-    scale: float = DEFAULT_SCALE
+    scale: float = 100.0
     sparse_weight: float = 1.0  # lambda in score = dense . dense + lambda * OT . OT (representation.py)
     max_query_length: int = 64
     max_passage_length: int = 256

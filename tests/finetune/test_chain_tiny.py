@@ -17,7 +17,6 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-import yaml
 
 from retromae_ir.chain import stages as chain
 from retromae_ir.chain.__main__ import main as chain_main
@@ -120,12 +119,8 @@ def test_tiny_chain_runs_every_stage_of_both_chains_and_resumes(folder, tiny_ber
                 assert 0.0 <= results[stage][mode]["ndcg@10"] <= 1.0
                 assert 0.0 <= results[stage][mode]["recall@100"] <= 1.0
     # both starts get an OT weight chosen on the 2 dev queries, held out of training
-    for results, start, folder in ((main, "0-pretrain", output), (ablation, "0-start", output / chain.ABLATION)):
+    for results, start in ((main, "0-pretrain"), (ablation, "0-start")):
         assert results[start]["sparse_weight"] in [float(w) for w in results[start]["sparse_weight_sweep"]]
-        # the impacts as fine at the chosen weight as at 1: scale 100 / sqrt(weight) (the weight is folded in first)
-        for card in (folder / f"{start}.yaml", folder / "2-stage2" / "card.yaml"):
-            written = yaml.safe_load(card.read_text())
-            assert written["scale"] == pytest.approx(100 / results[start]["sparse_weight"] ** 0.5, rel=1e-12)
         assert set(results[start]) >= {"dense", "sparse", "hybrid", "dev"}
         assert set(results["1-stage1"]["dev"]) == set(chain.MODES)
     dev = (output / "splits" / "dev.tsv").read_text().splitlines()[1:]
