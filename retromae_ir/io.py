@@ -348,7 +348,7 @@ def claim_output_waiting(output: str | os.PathLike, poll_s: float) -> contextlib
             return stack
         except OutputLockedError as error:
             if not waited:
-                logging.getLogger(__name__).info("waiting: %s", error)
+                logger.info("waiting: %s", error)
                 waited = True
             time.sleep(poll_s)
 

@@ -1,4 +1,5 @@
-"""What a sentence-transformers checkpoint declares about its own pipeline.
+"""What a sentence-transformers checkpoint (or a fine-tuned output, in its own ``card.yaml``) declares about its own
+pipeline.
 
 A checkpoint trained with sentence-transformers names its pooling (``1_Pooling/config.json``) and whether it
 L2-normalises (a ``Normalize`` module in ``modules.json``); any other module (a ``Dense`` projection) is refused,
@@ -82,11 +83,16 @@ def _declared_by_own_card(checkpoint: str) -> Declared:
     from retromae_ir import strict_yaml
     from retromae_ir.encode.cards import OWN_CARD
 
+    import yaml
+
     path = Path(os.path.expanduser(checkpoint)) / OWN_CARD
     if not path.is_file():
         return Declared()
-    card = strict_yaml.load(path.read_text(encoding="utf-8"))
-    if not isinstance(card, dict):
+    try:
+        card = strict_yaml.load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise DeclarationError(f"{path} is not valid YAML: {error}") from None
+    if not isinstance(card, dict) or card.get("checkpoint") != ".":  # not the card of the weights beside it
         return Declared()
     pooling, normalize = card.get("pooling"), card.get("normalize")
     if pooling not in (None, *POOLING_MODES) or normalize not in (None, True, False):

@@ -243,10 +243,13 @@ def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Pat
     if cache is None:
         return tokenize_corpus(path, tokenizer, max_length)
     key, digest = _cache_key(path, tokenizer, max_length)  # hashes the corpus
+    cached = _read_cache(Path(cache), key) if Path(cache).is_file() else None  # complete (renamed into place):
+    if cached is not None:  # read without the lock, so a cache in a read-only folder serves every rank at once
+        return cached
     with claim_output_waiting(cache, CACHE_POLL_S):
         if Path(cache).is_file():
             cached = _read_cache(Path(cache), key)
-            if cached is not None:
+            if cached is not None:  # built by the process this one waited for
                 return cached
             log.warning("tokenised cache %s was built from other inputs; rebuilding it", cache)
         segments = tokenize_corpus(path, tokenizer, max_length)

@@ -660,7 +660,8 @@ def _distributed_rank_world(device_type: str) -> tuple[int, int]:
 def check_same_step(step: int, world_size: int, device: torch.device) -> None:
     """Every process starts at the same step: each finds the checkpoint to resume in the output folder as its own
     machine sees it, and a node without the shared folder started at step 0 beside the others' step N (other data,
-    another learning rate, weights drifting apart under one DDP). Refused on every process at once."""
+    another learning rate, weights drifting apart under one DDP). Refused on every process, once each reaches it (a
+    refusal a process raises before it, on what only it sees, leaves the others to the process group's timeout)."""
     if world_size == 1:
         return
     bounds = torch.tensor([step, -step], dtype=torch.int64, device=device)

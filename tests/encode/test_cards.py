@@ -187,3 +187,9 @@ def test_a_fine_tuned_output_given_as_another_cards_checkpoint_keeps_its_pooling
     assert (card.pooling, card.normalize) == ("mean", True)
     explicit = EncoderCard(name="x", checkpoint=str(output), kind="dupmae", dims=32, pooling="cls", normalize=False)
     assert (explicit.pooling, explicit.normalize) == ("cls", False)  # the card's own choice still wins
+    (output / "card.yaml").write_text("checkpoint: /elsewhere\nkind: dupmae\ndims: 32\npooling: mean\n")
+    other = EncoderCard(name="x", checkpoint=str(output), kind="dupmae", dims=32)
+    assert other.pooling == "cls"  # a card of other weights declares nothing about these
+    (output / "card.yaml").write_text("checkpoint: .\npooling: mean\npooling: cls\n")
+    with pytest.raises(CardError, match=r"card.yaml is not valid YAML"):
+        EncoderCard(name="x", checkpoint=str(output), kind="dupmae", dims=32)

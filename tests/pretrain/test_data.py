@@ -192,3 +192,17 @@ def test_a_second_process_waits_for_the_tokenised_cache_and_reads_it(tmp_path, t
         data._write_cache(cache, key, table)
     waiter.join(timeout=30)
     assert [list(segments) for segments in found] == [list(table)]
+
+
+def test_a_built_cache_is_read_without_its_lock(tmp_path, tokenizer, monkeypatch):
+    """A complete cache (renamed into place) is read at once, without the lock: every rank reads together, and a
+    cache in a folder this process cannot write (where no lock file can be made) still serves."""
+    from retromae_ir.io import output_lock
+    from retromae_ir.pretrain import data
+
+    corpus, cache = tmp_path / "c.txt", tmp_path / "cache.npz"
+    corpus.write_text("alpha beta gamma delta\nepsilon zeta\n")
+    first = list(load_segments(corpus, tokenizer, 16, cache))
+    monkeypatch.setattr(data, "tokenize_corpus", lambda *args: pytest.fail("tokenised again"))
+    with output_lock(cache):  # another process holds it (building another key, say): no wait for a valid cache
+        assert list(load_segments(corpus, tokenizer, 16, cache)) == first
