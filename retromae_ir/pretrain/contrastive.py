@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from retromae_ir.pretrain.collate import Segment, pad_batch
+from retromae_ir.pretrain.data import SegmentExamples
 from retromae_ir.training.distributed import gather_with_grad
 
 
@@ -69,21 +70,10 @@ class NumberedSegment(Segment):
     row: int
 
 
-class NumberedSegments(Sequence[NumberedSegment]):
-    """The corpus's segments, each with its row: the contrastive method's examples (built as they are read, so a
-    corpus of millions of segments stays in its flat table)."""
+class NumberedSegments(SegmentExamples):
+    """The corpus's segments, each with its row: the contrastive method's examples."""
 
-    def __init__(self, segments: Sequence[Segment]):
-        self.segments = segments
-
-    def __len__(self) -> int:
-        return len(self.segments)
-
-    def __getitem__(self, row):
-        if isinstance(row, slice):
-            return [self[i] for i in range(len(self))[row]]
-        row = range(len(self))[row]
-        segment = self.segments[row]
+    def example(self, row: int, segment: Segment) -> NumberedSegment:
         return NumberedSegment(segment.docid, segment.index, segment.input_ids, row)
 
 

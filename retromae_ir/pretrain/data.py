@@ -148,6 +148,27 @@ class SegmentTable(Sequence[Segment]):
                      for name, dtype in (("indexes", np.int64), ("lengths", np.int64), ("ids", np.int32))))
 
 
+class SegmentExamples(Sequence):
+    """A method's training examples made from the corpus's segments as each is read (``example``), so a corpus of
+    millions of segments stays in its flat table: a list of examples held every segment's tokens as Python tuples,
+    about ten times the table."""
+
+    def __init__(self, segments: Sequence[Segment]):
+        self.segments = segments
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self[i] for i in range(len(self))[row]]
+        row = range(len(self))[row]
+        return self.example(row, self.segments[row])
+
+    def example(self, row: int, segment: Segment):
+        raise NotImplementedError
+
+
 def document_runs(segments: Sequence[Segment]) -> tuple[np.ndarray, np.ndarray]:
     """Each document's segments as one run of rows, for what pairs a segment with its document's others (the
     contrastive positive, MASTER's neighbouring span) without a Python object per segment: ``(run_of, bounds)``,

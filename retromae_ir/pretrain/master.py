@@ -36,6 +36,7 @@ from transformers.models.bert.modeling_bert import BertLayer
 from retromae_ir.pretrain.arguments import MaskingArguments
 from retromae_ir.pretrain.base import EncoderOutput, PretrainModel, token_cross_entropy
 from retromae_ir.pretrain.collate import EncoderMLMCollator, Segment, TokenTables, pad_batch
+from retromae_ir.pretrain.data import SegmentExamples, document_runs
 from retromae_ir.pretrain.keywords import (KEYWORD_MASKING_VERSION, WEIGHTINGS, CorpusStats, KeywordMasker,
                                            KeywordWeighting)
 from retromae_ir.pretrain.masking import IGNORE_INDEX, mlm_corrupt, sample_whole_words
@@ -87,25 +88,16 @@ class MasterExample:
     npr_target: tuple[int, ...] | None = None
 
 
-class MasterExamples(Sequence[MasterExample]):
-    """Each segment with its NPR pair, made as it is read (``pairs``: "segments", the next segment of its document;
-    "halves", its own two halves; None, no pair): a list of them held the whole corpus's tokens as Python tuples,
-    about ten times the segments' flat table."""
+class MasterExamples(SegmentExamples):
+    """Each segment with its NPR pair (``pairs``: "segments", the next segment of its document; "halves", its own
+    two halves; None, no pair)."""
 
     def __init__(self, segments: Sequence[Segment], pairs: str | None, continuation: torch.Tensor):
-        from retromae_ir.pretrain.data import document_runs
-
-        self.segments, self.pairs, self.continuation = segments, pairs, continuation
+        super().__init__(segments)
+        self.pairs, self.continuation = pairs, continuation
         self.run_of = document_runs(segments)[0] if pairs == "segments" else None
 
-    def __len__(self) -> int:
-        return len(self.segments)
-
-    def __getitem__(self, row):
-        if isinstance(row, slice):
-            return [self[i] for i in range(len(self))[row]]
-        row = range(len(self))[row]
-        segment = self.segments[row]
+    def example(self, row: int, segment: Segment) -> MasterExample:
         if self.pairs == "halves":
             return MasterExample(segment, *(split_halves(segment.input_ids, self.continuation) or (None, None)))
         if self.pairs == "segments" and self._has_next(row):
