@@ -16,6 +16,7 @@ import sys
 import time
 from functools import cached_property
 from pathlib import Path
+from typing import Sequence
 
 import yaml
 

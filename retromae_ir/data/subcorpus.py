@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 from retromae_ir.data.readers import PathLike, iter_beir_corpus, load_qrels
 from retromae_ir.io import atomic_write

@@ -147,7 +147,7 @@ def write_results(results: list[DatasetResult], retriever_name: str, out_dir: Pa
     """``out_dir``/beir-results.{md,csv,png}; datasets not evaluated are listed with the reason under the table,
     and so are judged queries without hits."""
     frame = results_frame(results, retriever_name)
-    notes = [f"nDCG@10 and R@100 on each dataset's test split; cqadupstack is the mean of its 12 subforums; "
+    notes = ["nDCG@10 and R@100 on each dataset's test split; cqadupstack is the mean of its 12 subforums; "
              "a hit whose docid is the query's id is removed on every dataset, as BEIR and Pyserini do.",
              *result_notes(results)]
     if len(frame):

@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Iterator
 
