@@ -187,10 +187,11 @@ def _offline_mapping_load(original):
             if not is_network_error(exc):
                 raise
             kind = "topics" if "topic" in metadata_file else "qrels"
+            example = "--topics path/to/topics.tsv" if kind == "topics" else "the qrels file's path for its name"
             raise OfflineError(
                 f"Pyserini could not download its {kind} catalog ({exc}): named {kind} sets need the network. "
-                f"Pass a local {kind} file instead (e.g. --topics path/to/topics.tsv; BEIR and TREC DL files are in "
-                "shared/data/topics-and-qrels)."
+                f"Pass a local {kind} file instead (e.g. {example}; BEIR and TREC DL files are in "
+                "../shared/data/topics-and-qrels beside this checkout)."
             ) from exc
 
     return _load_mapping

@@ -183,7 +183,8 @@ def find_work(output: Path, card: EncoderCard, shard_num: int, int8: bool, **sou
     if len(finished) > 1:
         found = "; ".join(f"{root.name}: {_describe(candidates[root])}" for root in finished)
         raise IndexMismatchError(f"{output}/{WORK} holds {len(finished)} finished encodings of card {card.name!r} "
-                                 f"({found}): remove the stale ones, or encode into a new --output")
+                                 f"({found}): remove the stale ones, or encode into a new folder (--output; eval/nq.py: "
+                                 "--index-dir)")
     raise IndexMismatchError(f"no encoded shards of card {card.name!r} ({shard_num} shards, "
                              f"{'int8' if int8 else 'not int8'}, encoding version {ENCODING_VERSION}) under "
                              f"{output}/{WORK}: shards of other weights or encoding code are not merged")

@@ -36,7 +36,8 @@ class EncoderRetriever:
         self.card = load_card(card)
         self.mode = mode or default_mode(self.card)
         if self.mode != "dense" and not self.card.sparse:
-            raise ValueError(f"card {self.card.name!r} is dense-only: --search {self.mode} needs a sparse side")
+            raise ValueError(f"card {self.card.name!r} is dense-only: search mode {self.mode} needs a sparse side "
+                             "(--search of the evaluation drivers, --mode of mine)")
         self.name = retriever_name(self.card, self.mode)
         self.index_root = Path(index_root)
         self.hits, self.batch_size, self.threads, self.bf16, self.int8 = hits, batch_size, threads, bf16, int8
