@@ -154,9 +154,7 @@ def searcher(args: MiningArguments) -> Callable[[dict[str, str]], dict[str, dict
     retriever = EncoderRetriever(args.retriever, args.mode, Path(args.index_root), hits=args.max_rank,
                                  threads=args.threads, lucene=not args.no_lucene,
                                  bf16=None if args.dtype == "auto" else args.dtype == "bf16")
-    exact = retriever.open_searcher(corpus, name)
-    return lambda block: exact.batch_search(list(block.values()), list(block), k=args.max_rank,
-                                            batch_size=retriever.batch_size)
+    return retriever.searcher(corpus, name)
 
 
 def judged_positives(qrels: dict[str, dict[str, int]], min_relevance: int) -> dict[str, set[str]]:

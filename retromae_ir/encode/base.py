@@ -311,9 +311,10 @@ def _check_finite(dense: np.ndarray, sparse: torch.Tensor | None, rows: list[int
     if bad.any():
         j = int(np.argmax(bad))
         text = texts[rows[j]]
+        fp32 = "encode in fp32 (--dtype fp32; eval/sts.py without --bf16, the chain with --no-bf16)"
         raise ValueError(f"text {rows[j]} of {len(texts)} ({text[:60]!r}{'...' if len(text) > 60 else ''}) and "
                          f"{int(bad.sum()) - 1} other(s) of its batch encoded to non-finite weights (NaN or inf)"
-                         f"{': bf16 may overflow here, encode in fp32 (--dtype fp32; eval/sts.py without --bf16, the chain with --no-bf16)' if bf16 else ''}; the checkpoint may have "
+                         f"{': bf16 may overflow here, ' + fp32 if bf16 else ''}; the checkpoint may have "
                          f"diverged")
 
 

@@ -8,8 +8,9 @@ not to the working directory: a fine-tuned output's ``card.yaml`` says ``checkpo
 moved or copied whole and its card still names the weights beside it.
 
 ``pooling`` and ``normalize`` left unset follow what the checkpoint declares (sentence-transformers'
-``modules.json``, or a fine-tuned output's own ``card.yaml``, see :mod:`retromae_ir.encode.declared`), else the family's default ([CLS], no normalisation);
-an explicit value always wins. ``sparse_weight`` is Eq. 12's weight of the OT side against the dense side.
+``modules.json``, or a fine-tuned output's own ``card.yaml``, see :mod:`retromae_ir.encode.declared`), else the
+family's default ([CLS], no normalisation); an explicit value always wins. ``sparse_weight`` is Eq. 12's weight of
+the OT side against the dense side.
 """
 from __future__ import annotations
 

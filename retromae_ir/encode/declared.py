@@ -80,10 +80,10 @@ def _declared_by_own_card(checkpoint: str) -> Declared:
     """What a fine-tuned output declares in its own ``card.yaml`` (it writes no modules.json): given to another card
     as ``checkpoint`` (``finetune --encoder X --model OUTPUT``, a chain's ``--model``), it was read as declaring
     nothing, so a mean-pooled cosine model trained on as [CLS] with raw dot products (exit 0)."""
+    import yaml
+
     from retromae_ir import strict_yaml
     from retromae_ir.encode.cards import OWN_CARD
-
-    import yaml
 
     path = Path(os.path.expanduser(checkpoint)) / OWN_CARD
     if not path.is_file():

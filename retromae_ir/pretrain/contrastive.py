@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from retromae_ir.pretrain.collate import Segment, pad_batch
-from retromae_ir.pretrain.data import SegmentExamples
+from retromae_ir.pretrain.data import SegmentExamples, document_runs
 from retromae_ir.training.distributed import gather_with_grad
 
 
@@ -84,8 +84,6 @@ class PositiveSpanCollator:
     corpus's tokens as Python tuples, about ten times the flat table (20 GB at MS MARCO's 600M tokens)."""
 
     def __init__(self, collator, tokenizer, segments: Sequence[Segment]):
-        from retromae_ir.pretrain.data import document_runs
-
         self.collator = collator
         self.tokenizer = tokenizer
         self.segments = segments

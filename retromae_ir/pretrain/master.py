@@ -387,7 +387,7 @@ class MASTER(PretrainModel):
         return decoder
 
     # ---- data --------------------------------------------------------------------------------------------------
-    def make_examples(self, segments: Sequence[Segment]) -> "MasterExamples":
+    def make_examples(self, segments: Sequence[Segment]) -> MasterExamples:
         """Attach each segment's NPR pair (next segment of its document, or its own halves)."""
         if {"dor", "gor"} & set(self.tasks):
             self.side_texts.warn_shared(segments)

@@ -6,6 +6,7 @@ import logging
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST, reusable_manifest
@@ -115,17 +116,18 @@ class EncoderRetriever:
                 "mode": self.mode, "hits": self.hits, "candidates": self.candidates}
 
     def retrieve(self, corpus: Path, index_name: str, queries: dict[str, str]) -> dict[str, dict[str, float]]:
-        searcher = self.open_searcher(corpus, index_name)
-        return searcher.batch_search(list(queries.values()), list(queries), k=self.hits, batch_size=self.batch_size)
+        return self.searcher(corpus, index_name)(queries)
 
-    def open_searcher(self, corpus: Path, index_name: str):
-        """The exact searcher over the index of ``corpus`` (built or reused), checked after opening to be the index
-        verified under the lock."""
+    def searcher(self, corpus: Path, index_name: str) -> Callable[[dict[str, str]], dict[str, dict[str, float]]]:
+        """A function from ``{qid: text}`` to each query's top ``hits``, by the exact searcher over the index of
+        ``corpus`` (built or reused, and opened once: mining calls it a block of queries at a time), checked after
+        opening to be the index verified under the lock."""
         from retromae_ir.search.exact_hybrid import ExactHybridSearcher
 
         index_dir = self.build_index(Path(corpus), index_name)
         searcher = ExactHybridSearcher(index_dir, self.model, self.mode, candidates=self.candidates,
                                        threads=self.threads)
         check_unchanged(index_dir / MANIFEST, self.checked[index_dir])  # not replaced since checked under the lock
-        return searcher
+        return lambda queries: searcher.batch_search(list(queries.values()), list(queries), k=self.hits,
+                                                     batch_size=self.batch_size)
 

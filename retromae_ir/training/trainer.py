@@ -416,10 +416,12 @@ class Trainer:
         if resume_from is not None:
             self.restore(resume_from)
         check_same_step(self.step, self.world_size, self.device)
-        if resume_from == self.output and self.step >= self.schedule.max_steps:  # its checkpoints/ were deleted
-            log.info("%s is trained to step %d already: nothing to do", self.output, self.step)  # (not remade)
-            if self.is_main:  # the curve of these weights: a longer continuation killed before a checkpoint wrote on
-                self._write_curves()
+        if self.step >= self.schedule.max_steps:  # resumed at its end: nothing to train
+            log.info("%s is trained to step %d already: nothing to do", self.output, self.step)
+            if self.is_main:
+                if resume_from != self.output:  # a kill before its publish: published as it is (saved again, it
+                    _publish(resume_from, self.output)  # would record this invocation's schedule and arguments)
+                self._write_curves()  # the curve of these weights (a kill may have come before it was written)
             return self.output
         log.info("training %s: %d segments, %d optimizer steps (%.2f epochs), %d process(es), device %s, bf16 %s",
                  self.model.name, self.schedule.examples, self.schedule.max_steps,
@@ -431,7 +433,6 @@ class Trainer:
         progress = tqdm(total=self.schedule.max_steps, initial=self.step, disable=not self.is_main, unit="step",
                         desc=f"{self.job} {self.model.name}")
         self.wrapped.train()
-        start = self.step
         while self.step < self.schedule.max_steps:
             lr = self._set_learning_rate()
             terms = self.train_step()
@@ -446,11 +447,7 @@ class Trainer:
             if self.args.save_steps > 0 and self.step % self.args.save_steps == 0 and self.step < self.schedule.max_steps:
                 self.save_checkpoint()
         progress.close()
-        # a checkpoint already at the end (a kill before its publish) is published as it is: saved again, it would
-        # record this invocation's schedule and arguments for steps trained under the first's
-        final = self.save_checkpoint() if self.step > start else resume_from
-        if self.is_main and final is resume_from:  # its curve, as the kill may have come before it was written
-            self._write_curves()
+        final = self.save_checkpoint()
         if self.is_main:
             _publish(final, self.output)
             log.info("final checkpoint in %s", self.output)
