@@ -356,30 +356,23 @@ def merge(output: str | os.PathLike, card: EncoderCard, vocab: list[str], shard_
 
 def write_dense(folder: Path, card: EncoderCard, chunks, documents: int) -> int:
     """The faiss IndexFlatIP and the docid file (one line a row) of the (docids, dense) ``chunks``, ``documents``
-    rows in all; their count. The rows are copied into one buffer of the index's final size: ``add`` grows faiss's
-    storage by doubling, so an index briefly took twice the rows copied (24.2 GiB for MS MARCO's 8.8M rows at 384
-    dimensions, past a 24 GB machine, for a 12.6 GiB index; runs/merge-memory-doubling/)."""
-    import faiss
+    rows in all; their count. The index file is written a chunk at a time (``flat_index.FlatIndexFile``, the
+    bytes ``faiss.write_index`` writes): faiss would build the whole index in memory first (25.2 GiB for MS MARCO's
+    8.8M rows at 768 dimensions, past a 24 GB machine)."""
+    from retromae_ir.flat_index import FlatIndexFile
 
-    index = faiss.IndexFlatIP(card.dims)
-    size = documents * card.dims * np.dtype(np.float32).itemsize
-    index.codes.resize(size)
-    rows = faiss.rev_swig_ptr(index.codes.data(), size).view(np.float32).reshape(documents, card.dims)
-    written = 0
-    with open(folder / "docid", "w", encoding="utf-8") as out:  # DocidTable reads UTF-8 whatever the locale
+    with FlatIndexFile(folder / "index", card.dims, documents) as index, \
+            open(folder / "docid", "w", encoding="utf-8") as out:  # DocidTable reads UTF-8 whatever the locale
         for docids, dense in chunks:
             if dense.shape[1] != card.dims:
                 raise IndexMismatchError(f"encoded vectors have {dense.shape[1]} dimensions, the card says {card.dims}")
-            if written + len(dense) > documents:
+            if index.written + len(dense) > documents:
                 raise IndexMismatchError(f"the encoded chunks hold more than the {documents} documents recorded")
-            rows[written:written + len(dense)] = dense
-            written += len(dense)
+            index.add(dense)
             out.writelines(f"{docid}\n" for docid in docids)
-    if written != documents:
-        raise IndexMismatchError(f"the encoded chunks hold {written} documents, {documents} recorded")
-    index.ntotal = documents
-    faiss.write_index(index, str(folder / "index"))
-    return index.ntotal
+        if index.written != documents:
+            raise IndexMismatchError(f"the encoded chunks hold {index.written} documents, {documents} recorded")
+    return documents
 
 
 def write_sparse(folder: Path, card: EncoderCard, vocab: list[str], width: int, chunks, threads: int,

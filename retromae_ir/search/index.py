@@ -1,9 +1,10 @@
 """A retromae_ir index directory (see retromae_ir/encode/corpus.py) loaded for exact scoring, with every check that
 turns a wrong combination into an error instead of a silently wrong ranking.
 
-What stays in memory is the faiss index (the dense vectors are read through a view of it, never copied) and the
-docids in one bytes block with their offsets (16 bytes a document plus the file's size); the OT weights stay on
-disk in the memory-mapped store (``retromae_ir.search.ot_store``). An index written before the store existed
+What stays in memory is the docids in one bytes block with their offsets (16 bytes a document plus the file's
+size) and the faiss index's structure; its vectors are memory-mapped (``flat_index.read_index``: the page cache
+holds them as memory allows, and the dense vectors are read through a view of them, never copied), and the OT
+weights stay on disk in the store (``retromae_ir.search.ot_store``). An index written before the store existed
 (``sparse/vectors.npz``, float32) is still read: its vectors are rounded to float16 into an in-memory store, so
 it scores exactly as the same index written today, but it needs them all in memory (a warning says to encode it
 again, which redoes only the merge while the chunk cache under DIR/.work is there).
@@ -21,6 +22,7 @@ import numpy as np
 from retromae_ir.data.docids import DocidTable
 from retromae_ir.encode.cards import EncoderCard, load_card
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, check_card, manifest_text
+from retromae_ir.flat_index import read_index
 from retromae_ir.io import check_unchanged
 from retromae_ir.search.ot_store import STORE, VERSION, OTStore, StoreFormatError
 
@@ -67,7 +69,7 @@ class HybridIndex:
         for name in ("index", "docid"):
             if not (dense_dir / name).is_file():
                 raise IndexMismatchError(f"{dense_dir / name} is missing: the dense index is incomplete")
-        self.faiss_index = faiss.read_index(str(dense_dir / "index"))
+        self.faiss_index = read_index(dense_dir / "index")
         self.docids = DocidTable((dense_dir / "docid").read_bytes())
         if self.faiss_index.ntotal == 0:
             raise IndexMismatchError(f"{dense_dir} is an empty index (0 vectors)")
