@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -269,37 +270,25 @@ def index_dir(args) -> Path:
 
 
 def with_faiss(args) -> dict:
-    """A copy of the index whose dense/index is ``faiss.index_factory(dims, --faiss)`` trained on and filled with the
-    flat index's vectors (the sparse side and the manifest are links to the built index's)."""
-    import faiss
-
-    from retromae_ir.io import atomic_dir
+    """A copy of the index whose dense/index is rebuilt as ``faiss.index_factory(dims, --faiss)`` by
+    ``python -m retromae_ir.encode dense-index``'s code (the sparse side, the manifest it rewrites and the flat
+    index it reads are links to the built index's)."""
+    from retromae_ir.encode.dense_index import rebuild_dense
 
     target = index_dir(args)
     # the copy is of this build (its settings) with this nprobe: any other copy is made again
     key = {"build": json.loads((args.work / "build.json").read_text())["settings"], "faiss": args.faiss,
            "nprobe": args.nprobe}
-    made = target / "dense" / "key.json"
+    made = target / "key.json"
     if args.faiss == "Flat" or (made.is_file() and json.loads(made.read_text()) == key):
         return {}
+    shutil.rmtree(target, ignore_errors=True)
+    (target / "dense").mkdir(parents=True)
+    for name in ("sparse", "manifest.json", "dense/index", "dense/docid"):
+        (target / name).symlink_to(args.work / "index" / name)
     start = time.perf_counter()
-    flat = faiss.read_index(str(args.work / "index" / "dense" / "index"))
-    vectors = flat.reconstruct_n(0, flat.ntotal)
-    del flat
-    index = faiss.index_factory(args.dims, args.faiss, faiss.METRIC_INNER_PRODUCT)
-    sample = np.random.default_rng(args.seed).choice(len(vectors), min(len(vectors), 100_000), replace=False)
-    index.train(vectors[np.sort(sample)])
-    index.add(vectors)
-    if args.nprobe:
-        faiss.extract_index_ivf(index).nprobe = args.nprobe
-    target.mkdir(exist_ok=True)
-    for name in ("sparse", "manifest.json"):
-        if not (target / name).exists():
-            (target / name).symlink_to(Path("..") / "index" / name)
-    with atomic_dir(target / "dense") as tmp:
-        (tmp / "docid").symlink_to(args.work / "index" / "dense" / "docid")
-        faiss.write_index(index, str(tmp / "index"))
-        (tmp / "key.json").write_text(json.dumps(key))
+    rebuild_dense(target, args.faiss, nprobe=args.nprobe, seed=args.seed)
+    made.write_text(json.dumps(key))
     return {f"faiss_{args.faiss}_build_s": time.perf_counter() - start,
             f"faiss_{args.faiss}_bytes_per_doc": du(target / "dense" / "index") / args.docs}
 

@@ -1,6 +1,6 @@
-"""``python -m retromae_ir.encode {corpus,merge,queries,verify}``: encode a corpus into faiss + Lucene impact
-indexes, join shards, pre-encode topics for Pyserini's searchers, or check an index's files against its manifest.
-``--encoder`` takes a card name or path."""
+"""``python -m retromae_ir.encode {corpus,merge,dense-index,queries,verify}``: encode a corpus into faiss + Lucene
+impact indexes, join shards, rebuild the flat dense index as another faiss index, pre-encode topics for Pyserini's
+searchers, or check an index's files against its manifest. ``--encoder`` takes a card name or path."""
 from __future__ import annotations
 
 import argparse
@@ -55,6 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--shard-num", type=int, required=True)
     merge.add_argument("--threads", type=int, default=1, help="Lucene indexing threads")
     merge.add_argument("--int8", action="store_true", help="the shards were encoded with --dtype int8")
+    dense = sub.add_parser("dense-index", help="rebuild an index's flat dense index as a faiss.index_factory index "
+                                               "(e.g. SQfp16: half the memory, exact to float16), block by block")
+    dense.add_argument("--index", dest="output", required=True, type=Path, help="an output of corpus or merge")
+    dense.add_argument("--factory", required=True,
+                       help="faiss.index_factory string: SQfp16, SQ8, HNSW32,Flat, IVF4096,Flat, IVF4096,PQ96 ... "
+                            "(what each does to exactness: docs/encoders.md)")
+    dense.add_argument("--train-size", type=int, default=100_000,
+                       help="vectors an index that needs training (IVF, PQ, SQ8) is trained on")
+    dense.add_argument("--nprobe", type=int, default=None, help="lists an IVF index searches (stored in the index)")
+    dense.add_argument("--seed", type=int, default=0, help="draws the training vectors")
     queries = sub.add_parser("queries", help="pre-encode topics (Pyserini's embedding.pkl and sparse.jsonl)")
     _common(queries)
     queries.add_argument("--topics", required=True, type=Path, help="topics file (TSV, .gz, JSONL or TREC)")
@@ -133,6 +143,12 @@ def run_queries(args) -> None:
     encode_queries(_model(args), load_topics(args.topics), args.output, args.batch_size)
 
 
+def run_dense_index(args) -> None:
+    from retromae_ir.encode.dense_index import rebuild_dense
+
+    rebuild_dense(args.output, args.factory, args.train_size, args.nprobe, args.seed)
+
+
 def _log_name(args) -> str:
     if args.command == "corpus" and args.shard_num > 1:
         return f"corpus-shard-{args.shard_id}-of-{args.shard_num}.log"
@@ -185,7 +201,8 @@ def main(argv=None) -> int:
     if args.command == "corpus" and args.data_dir is not None and args.corpus is not None:
         parser.error("--data-dir goes with --dataset (where to look for it), not --corpus")
     # 0 was read as unset: torch's threads, $WORLD_SIZE or 1 shard
-    check_at_least_one(args, *[name for name in ("threads", "shard_num", "batch_size", "chunk_size")
+    check_at_least_one(args, *[name for name in ("threads", "shard_num", "batch_size", "chunk_size", "train_size",
+                                                 "nprobe")
                                if hasattr(args, name)])
     if args.command == "corpus":
         args.shard_id, args.shard_num = _shard(args)
@@ -196,7 +213,8 @@ def main(argv=None) -> int:
         print(f"{args.index}: {verify_files(args.index)} files match its manifest")
         return 0
     with _writing(args):
-        {"corpus": run_corpus, "merge": run_merge, "queries": run_queries}[args.command](args)
+        {"corpus": run_corpus, "merge": run_merge, "dense-index": run_dense_index,
+         "queries": run_queries}[args.command](args)
     print(f"wrote {args.output}")
     return 0
 

@@ -70,6 +70,14 @@ def write_manifest(directory: Path, card: EncoderCard, **fields) -> Path:
     return Path(directory) / MANIFEST
 
 
+def rewrite_manifest(directory: Path, manifest: dict, **fields) -> dict:
+    """Write ``manifest`` with ``fields`` changed as ``directory``'s manifest, atomically; the new manifest."""
+    data = {**manifest, **fields}
+    with atomic_write(Path(directory) / MANIFEST) as out:
+        json.dump(data, out, indent=2, sort_keys=True)
+    return data
+
+
 def read_manifest(directory: str | os.PathLike) -> dict:
     return json.loads(manifest_text(directory))
 

@@ -1,0 +1,73 @@
+"""DIR/dense/index rebuilt as another faiss index (``faiss.index_factory``) from the flat one ``merge`` wrote,
+without the flat vectors in memory: they are read memory-mapped, a training sample and one block at a time.
+
+At MS MARCO's 8.8M passages and 768 dimensions the flat index is 25.2 GiB, more than a 24 GB machine can hold
+for search; ``SQfp16`` is half of it and scores the same ranking to float16 precision (docs/encoders.md, "The
+dense side at 8.8M passages", says what each factory does to exactness). The exact searcher, brute force and
+Pyserini's ``FaissSearcher`` read any of them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, checksums, read_manifest, rewrite_manifest
+from retromae_ir.flat_index import read_index
+from retromae_ir.io import atomic_dir
+
+logger = logging.getLogger(__name__)
+BLOCK = 65_536  # rows added at a time: 192 MiB of float32 at 768 dimensions
+
+
+def rebuild_dense(directory: str | os.PathLike, factory: str, train_size: int = 100_000, nprobe: int | None = None,
+                  seed: int = 0) -> dict:
+    """Replace ``directory``'s flat dense index by ``faiss.index_factory(d, factory, METRIC_INNER_PRODUCT)``,
+    trained (where it needs training) on ``train_size`` rows drawn with ``seed``, and record it in the manifest
+    (its name and the dense files' checksums). The caller holds the directory's lock. Returns the manifest."""
+    import faiss
+
+    directory = Path(directory)
+    if factory == "Flat":
+        raise ValueError("the dense index merge writes is flat already: name another faiss index_factory string")
+    manifest = read_manifest(directory)
+    if manifest.get("dense_index", "Flat") != "Flat":
+        raise IndexMismatchError(f"{directory}'s dense index is already {manifest['dense_index']}: rebuild it from "
+                                 f"the flat one (`python -m retromae_ir.encode merge` writes it again from the chunks "
+                                 f"under {directory / '.work'})")
+    flat = read_index(directory / "dense" / "index")
+    if not isinstance(faiss.downcast_index(flat), faiss.IndexFlat):
+        raise IndexMismatchError(f"{directory / 'dense' / 'index'} is not a flat index, as its manifest says")
+    try:
+        index = faiss.index_factory(flat.d, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        raise ValueError(f"faiss.index_factory({flat.d}, {factory!r}) fails: "
+                         f"{str(exc).strip().splitlines()[-1]}") from None
+    if nprobe is not None and faiss.try_extract_index_ivf(index) is None:
+        raise ValueError(f"--nprobe is for an IVF index, not {factory}")
+    logger.info("rebuilding %s's flat dense index (%d x %d, memory-mapped) as %s", directory, flat.ntotal, flat.d,
+                factory)
+    vectors = faiss.rev_swig_ptr(faiss.downcast_index(flat).get_xb(), flat.ntotal * flat.d).reshape(
+        flat.ntotal, flat.d)
+    trained_on = None
+    if not index.is_trained:
+        rows = np.sort(np.random.default_rng(seed).choice(flat.ntotal, min(flat.ntotal, train_size), replace=False))
+        logger.info("training %s on %d of %d vectors", factory, len(rows), flat.ntotal)
+        index.train(np.ascontiguousarray(vectors[rows]))
+        trained_on = len(rows)
+    if nprobe is not None:
+        faiss.extract_index_ivf(index).nprobe = nprobe
+    for start in tqdm(range(0, flat.ntotal, BLOCK), desc=f"dense index {factory}", unit="block"):
+        index.add(np.ascontiguousarray(vectors[start:start + BLOCK]))
+    (directory / MANIFEST).unlink()  # until the new manifest the index is incomplete (as during a merge)
+    with atomic_dir(directory / "dense") as tmp:
+        shutil.copyfile(directory / "dense" / "docid", tmp / "docid")
+        faiss.write_index(index, str(tmp / "index"))
+    del vectors, flat  # the old file's mapping (its folder is gone; the mapping held it until now)
+    files = {name: digest for name, digest in manifest.get("files", {}).items() if not name.startswith("dense/")}
+    return rewrite_manifest(directory, manifest, files={**files, **checksums(directory, ["dense"])},
+                            dense_index=factory, dense_index_trained_on=trained_on, dense_index_seed=seed)
