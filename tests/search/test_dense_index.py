@@ -69,3 +69,27 @@ def test_a_rebuilt_index_is_not_rebuilt_again(index_copy):
     rebuild_dense(index_copy, "SQfp16")
     with pytest.raises(IndexMismatchError, match="already SQfp16: rebuild it from the flat one .*merge"):
         rebuild_dense(index_copy, "SQ8")
+
+
+@pytest.mark.parametrize("factory", ["SQfp16", "Flat", "HNSW4,Flat", "PQ2x4"])
+def test_the_storage_is_reserved_once_and_never_copied_while_blocks_are_added(factory):
+    """faiss grows an index's codes by doubling with a copy (twice the index at the last doubling): reserved for
+    every row first, the storage stays where it was through every add."""
+    from retromae_ir.encode.dense_index import reserve_codes
+
+    vectors = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+    index = faiss.index_factory(8, factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(vectors)
+    storage = faiss.downcast_index(index.storage) if factory.startswith("HNSW") else faiss.downcast_index(index)
+    reserve_codes(index, len(vectors))
+    places = set()
+    for start in range(0, 300, 7):
+        index.add(vectors[start:start + 7])
+        places.add(int(storage.codes.data()))
+    assert len(places) == 1 and index.ntotal == 300
+    assert storage.codes.size() == 300 * storage.code_size
+    fresh = faiss.index_factory(8, factory, faiss.METRIC_INNER_PRODUCT)
+    fresh.train(vectors)
+    fresh.add(vectors)
+    assert [found.tolist() for found in index.search(vectors[:3], 4)] == \
+        [found.tolist() for found in fresh.search(vectors[:3], 4)]
