@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import logging
 import shutil
 import sys
@@ -120,8 +121,10 @@ def run(args: argparse.Namespace) -> int:
             results = nq.evaluate_modes(model, index_dir, args.corpus, questions, modes, output, args.top_k,
                                         args.hits, args.batch_size, args.threads, checked)
             frame = nq.results_frame(results, card.name)
+            dense_index = json.loads(checked).get("dense_index", "Flat")  # searched as it is, flat or rebuilt
             write_table(frame, output / nq.RESULTS_STEM, f"NQ test, top-k retrieval accuracy: {card.name}",
-                        [f"{len(questions)} questions from {args.qas}; passages from {args.corpus}",
+                        [f"{len(questions)} questions from {args.qas}; passages from {args.corpus}; dense index "
+                         f"{dense_index} ({index_dir})",
                          "scored by pyserini.eval.evaluate_dpr_retrieval (an answer in a passage's text, "
                          "SimpleTokenizer: DPR's rule)"])
         except BaseException:

@@ -77,9 +77,13 @@ class EncoderRetriever:
     def index_is_current(self, index_dir: Path, digests: dict[str, str]) -> bool:
         """Built by this card, weights, precision and encoding code from these corpus bytes (not merely a corpus of
         this name), with a Lucene impact index when this retriever builds one (an index made without it is not
-        reused then)."""
+        reused then), and with the flat dense index (runs are cached under a key that does not name another)."""
         data = reusable_manifest(index_dir, self.model)
         if data is None:
+            return False
+        if data.get("dense_index", "Flat") != "Flat":  # its runs would be keyed as the flat index's
+            logger.info("%s: its dense index was rebuilt as %s (encode dense-index); this driver searches the flat "
+                        "one merge writes: merged again", index_dir, data["dense_index"])
             return False
         has_lucene = data.get("lucene", True) or not self.card.sparse
         recorded = {key: value for key, value in data.items() if key.endswith("_sha256")}

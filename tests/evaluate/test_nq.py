@@ -225,6 +225,17 @@ def test_driver_end_to_end_dense_sparse_hybrid(data, tmp_path, tiny_bert_dir, mo
     dense = table.set_index("mode").loc["dense"]
     assert dense["top-20"] == dense["top-100"] == round(ANSWERABLE, 4) == 0.7778
     assert "| dense |" in (out / "nq-results.md").read_text()
+    assert f"dense index Flat ({index})" in (out / "nq-results.md").read_text()
+
+    # an index whose dense side was rebuilt is searched as it is, and the table says which it was
+    from retromae_ir.encode.dense_index import rebuild_dense
+
+    rebuild_dense(index, "SQfp16")
+    assert run_main(["--encoder", str(card_file(tmp_path, tiny_bert_dir, "dupmae")), "--corpus", str(corpus),
+                     "--qas", str(qas), "--output", str(out), "--index-dir", str(index), "--threads", "1",
+                     "--batch-size", "4", "--device", "cpu", "--dtype", "fp32", "--modes", "dense"]) == 0
+    assert f"dense index SQfp16 ({index})" in (out / "nq-results.md").read_text()
+    assert json.loads((index / "manifest.json").read_text())["dense_index"] == "SQfp16"  # reused, not merged again
 
     # a dense-only run into the same folder leaves no sparse or hybrid files of the run before beside its own
     assert run_main(["--encoder", str(card_file(tmp_path, tiny_bert_dir, "dupmae")), "--corpus", str(corpus),

@@ -13,7 +13,7 @@ import torch
 from retromae_ir.encode.representation import ENCODING_VERSION
 from retromae_ir.search.retriever import EncoderRetriever
 
-from conftest import CORPUS
+from conftest import CARD, CORPUS
 
 
 def dense_vectors(index_dir):
@@ -160,6 +160,26 @@ def test_an_index_of_another_sparse_store_format_is_encoded_again(tmp_path, tiny
     older = {**manifest, "sparse_store": {**store_manifest_field(), "version": store_manifest_field()["version"] - 1}}
     (tmp_path / "index" / "manifest.json").write_text(json.dumps(older))
     assert not retriever.index_is_current(tmp_path / "index", digests)
+
+
+def test_an_index_whose_dense_side_was_rebuilt_is_merged_again_for_the_drivers(tmp_path):
+    """The drivers cache runs under a key that names no faiss index: one rebuilt as SQfp16 by `encode dense-index`
+    was reused, its float16 runs cached and reported as the flat index's (and flat runs reused beside it). It is
+    merged again from its chunks instead (no encoding: the chunks are there)."""
+    from retromae_ir.encode.dense_index import rebuild_dense
+
+    card = tmp_path / "handful.yaml"
+    card.write_text(CARD)
+    retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, hits=5)
+    index = retriever.build_index(CORPUS, "handful")
+    flat = (index / "dense" / "index").read_bytes()
+    rebuild_dense(index, "SQfp16")
+    assert not retriever.index_is_current(index, retriever.source_digests(CORPUS))
+    chunks = {path: path.stat().st_mtime_ns for path in (index / ".work").rglob("chunk-*.npz")}
+    assert retriever.build_index(CORPUS, "handful") == index
+    assert (index / "dense" / "index").read_bytes() == flat
+    assert "dense_index" not in json.loads((index / "manifest.json").read_text())
+    assert chunks and {path: path.stat().st_mtime_ns for path in (index / ".work").rglob("chunk-*.npz")} == chunks
 
 
 def test_a_tokenizer_edited_in_place_is_encoded_again(tmp_path, tiny_bert_dir):
