@@ -22,8 +22,9 @@ Then, each in a fresh process so that its peak memory is its own (one untimed pa
   same pre-encoded queries (``k0`` = K', alpha = 1 / scale^2), ``--threads`` threads.
 
 Memory is sampled every 20 ms from /proc/self/status: peak VmRSS (what ``getrusage`` reports as ru_maxrss) and its
-two parts, anonymous memory (the heap: the faiss index, Python, the JVM's heap) and file-backed pages (a
-memory-mapped file's pages the process has touched; the kernel may drop them under pressure and read them again).
+two parts, anonymous memory (the heap: Python, the JVM's heap, the faiss index Pyserini reads into memory) and
+file-backed pages (a memory-mapped file's pages the process has touched, ours's faiss index among them; the kernel
+may drop them under pressure and read them again).
 The build is not part of what is measured. Results go to ``--work``/results.json and a table on stdout.
 """
 from __future__ import annotations
