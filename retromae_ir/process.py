@@ -31,13 +31,14 @@ def _die_with_parent():
     return preexec
 
 
-def run_child(command: list[str], on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
-    """``subprocess.run(command)`` with its output captured (stdout and stderr in one stream, returned as
+def run_child(command: list[str], on_line: Callable[[str], None] | None = None,
+              cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, cwd=cwd)`` with its output captured (stdout and stderr in one stream, returned as
     ``stdout``), the child killed whenever this process dies. ``on_line`` sees each line as it comes (a long
     child's progress, into the job's log)."""
     preexec = _die_with_parent() if sys.platform.startswith("linux") else None
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8",
-                          errors="backslashreplace", preexec_fn=preexec) as child:  # a stray byte kills nothing
+                          errors="backslashreplace", preexec_fn=preexec, cwd=cwd) as child:  # a stray byte kills nothing
         try:
             lines = []
             for line in child.stdout:

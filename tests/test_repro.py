@@ -151,18 +151,34 @@ def test_a_relative_runs_root_is_read_where_the_command_wrote_it(tmp_path, monke
     (tmp_path / "runs" / "c" / "bm25" / "beir-scifact.trec").write_text("q 0 d 1 9.0 old\n")
     (tmp_path / "runs" / "c" / "indexes").mkdir()
 
-    def fake_run(command, cwd, **kwargs):
+    def fake_run(command, on_line, cwd):
         runs_dir = Path(command[command.index("--runs-dir") + 1])
         # nothing of an older run is left for eval/beir_all.py to re-score or reuse
         assert not (Path(cwd) / runs_dir).exists()
         assert Path(command[command.index("--index-dir") + 1]) == Path(cwd) / runs_dir / "indexes"
         write_scores(Path(cwd) / runs_dir / condition.label / "beir-results.csv", 0.5)
-        return type("Done", (), {"returncode": 0, "stderr": ""})()
+        on_line("scored")
+        return type("Done", (), {"returncode": 0, "stdout": "scored\n"})()
 
-    monkeypatch.setattr(matrix.subprocess, "run", fake_run)
+    monkeypatch.setattr(matrix, "run_child", fake_run)
     monkeypatch.setattr(matrix, "REPO", tmp_path / "repo")
     outcome = matrix.run_condition(condition, Path("runs"), 0.001)
     assert outcome.scores["ndcg@10"] == 0.5 and not outcome.failures
+    assert (tmp_path / "runs" / "c.log").read_text().splitlines()[1:] == ["scored", "exit 0"]
+
+
+def test_a_failed_condition_keeps_the_commands_whole_output_in_its_log(tmp_path):
+    """The runner showed only the last 2,000 characters of a failed command's stderr, and a long condition's
+    output went nowhere: it is in RUNS/<condition>.log, line by line as it comes, with the command and exit."""
+    import retromae_ir.repro.matrix as matrix
+
+    condition = Condition(name="c", dataset="scifact", retriever="bm25", expected={"ndcg@10": 0.5},
+                          extra_args=("--threads", "0"))  # refused by the driver: exit 2
+    outcome = matrix.run_condition(condition, tmp_path / "runs", 0.001)
+    log = (tmp_path / "runs" / "c.log").read_text().splitlines()
+    assert log[0].startswith("$ ") and "--threads 0" in log[0] and log[-1] == "exit 2"
+    assert any("--threads must be >= 1, got 0" in line for line in log)
+    assert not outcome.ok and f"(all of it: {tmp_path / 'runs' / 'c.log'})" in outcome.failures[0]
 
 
 def test_a_bm25_condition_with_other_parameters_reads_their_folder():
@@ -182,7 +198,7 @@ def test_a_condition_folder_that_is_a_symlink_is_refused_not_reused(tmp_path, mo
     write_scores(condition.results_csv(tmp_path / "elsewhere"), 0.5)
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "c").symlink_to(tmp_path / "elsewhere" / "c")
-    monkeypatch.setattr(matrix.subprocess, "run", lambda *a, **k: pytest.fail("nothing may run"))
+    monkeypatch.setattr(matrix, "run_child", lambda *a, **k: pytest.fail("nothing may run"))
     outcome = matrix.run_condition(condition, tmp_path / "runs", 0.001)
     assert not outcome.ok and "is a symbolic link" in outcome.failures[0]
     assert (tmp_path / "elsewhere" / "c" / "bm25" / "beir-results.csv").is_file()
