@@ -23,8 +23,8 @@ Then, each in a fresh process so that its peak memory is its own (one untimed pa
 
 Memory is sampled every 20 ms from /proc/self/status: peak VmRSS (what ``getrusage`` reports as ru_maxrss) and its
 two parts, anonymous memory (the heap: Python, the JVM's heap, the faiss index Pyserini reads into memory) and
-file-backed pages (a memory-mapped file's pages the process has touched, ours's faiss index among them; the kernel
-may drop them under pressure and read them again).
+file-backed pages (a memory-mapped file's pages the process has touched, our searcher's faiss index among them;
+the kernel may drop them under pressure and read them again).
 The build is not part of what is measured. Results go to ``--work``/results.json and a table on stdout.
 """
 from __future__ import annotations
@@ -275,6 +275,7 @@ def with_faiss(args) -> dict:
     ``python -m retromae_ir.encode dense-index``'s code (the sparse side, the manifest it rewrites and the flat
     index it reads are links to the built index's)."""
     from retromae_ir.encode.dense_index import rebuild_dense
+    from retromae_ir.io import atomic_write
 
     target = index_dir(args)
     # the copy is of this build (its settings) with this nprobe: any other copy is made again
@@ -289,7 +290,8 @@ def with_faiss(args) -> dict:
         (target / name).symlink_to(args.work / "index" / name)
     start = time.perf_counter()
     rebuild_dense(target, args.faiss, nprobe=args.nprobe, seed=args.seed)
-    made.write_text(json.dumps(key))
+    with atomic_write(made) as out:  # a partial key would fail the next run's json.loads instead of a rebuild
+        out.write(json.dumps(key))
     return {f"faiss_{args.faiss}_build_s": time.perf_counter() - start,
             f"faiss_{args.faiss}_bytes_per_doc": du(target / "dense" / "index") / args.docs}
 

@@ -120,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
                                      args.batch_size, args.threads)
             results = nq.evaluate_modes(model, index_dir, args.corpus, questions, modes, output, args.top_k,
                                         args.hits, args.batch_size, args.threads, checked)
-            frame = nq.results_frame(results, card.name)
             dense_index = json.loads(checked).get("dense_index", "Flat")  # searched as it is, flat or rebuilt
+            frame = nq.results_frame(results, card.name, dense_index)
             write_table(frame, output / nq.RESULTS_STEM, f"NQ test, top-k retrieval accuracy: {card.name}",
                         [f"{len(questions)} questions from {args.qas}; passages from {args.corpus}; dense index "
                          f"{dense_index} ({index_dir})",

@@ -5,18 +5,24 @@ faiss builds an ``IndexFlatIP`` in memory before ``write_index`` (27.0 GB for MS
 dimensions, more than a 24 GB machine) and ``read_index`` copies the file into memory. The file of a flat index is
 faiss's serialised header followed by the float32 rows, so :class:`FlatIndexFile` writes the header (made by
 faiss itself) and then each chunk of rows as it comes; :func:`read_index` maps the file (faiss's
-``IO_FLAG_MMAP_IFC``): the rows stay in the page cache, which the kernel fills and drops as memory allows, and
+``IO_FLAG_MMAP_IFC``): the vectors stay in the page cache, which the kernel fills and drops as memory allows, and
 search reads them from there.
 """
 from __future__ import annotations
 
+import ctypes
+import logging
+import mmap
 import os
 import struct
 from pathlib import Path
 
 import numpy as np
 
-_CODES_LENGTH = struct.Struct("<Q")  # the codes' length in 4-byte words, just before them
+logger = logging.getLogger(__name__)
+_CODES_LENGTH = struct.Struct("=Q")  # the codes' length in 4-byte words, just before them (native order, as faiss)
+_MADV_NORMAL = 0
+FLAT_IP = b"IxFI"  # the first four bytes of faiss's file of an IndexFlatIP
 
 
 class FlatIndexFile:
@@ -33,16 +39,16 @@ class FlatIndexFile:
 
     def add(self, vectors: np.ndarray) -> None:
         if vectors.ndim != 2 or vectors.shape[1] != self.dims:
-            raise ValueError(f"{self.path}: vectors of shape {vectors.shape} for a {self.dims}-d index")
+            raise ValueError(f"vectors of shape {vectors.shape} for a {self.dims}-d index")
         if self.written + len(vectors) > self.rows:
-            raise ValueError(f"{self.path}: more than the {self.rows} rows the index was opened for")
-        self._out.write(np.ascontiguousarray(vectors, dtype="<f4").tobytes())
+            raise ValueError(f"more than the {self.rows} rows the index was opened for")
+        np.ascontiguousarray(vectors, dtype=np.float32).tofile(self._out)
         self.written += len(vectors)
 
     def close(self) -> None:
         self._out.close()
         if self.written != self.rows:
-            raise ValueError(f"{self.path}: {self.written} rows written, the index was opened for {self.rows}")
+            raise ValueError(f"{self.written} rows, the index was opened for {self.rows}")
         index = read_index(self.path)
         if (index.d, index.ntotal) != (self.dims, self.rows) or self.path.stat().st_size != self.size:
             raise RuntimeError(f"{self.path}: faiss reads {index.ntotal} x {index.d}, not the {self.rows} x "
@@ -72,8 +78,69 @@ def _header(dims: int, rows: int) -> bytes:
 
 
 def read_index(path: str | os.PathLike):
-    """The faiss index at ``path`` with its vectors (flat, scalar-quantised, HNSW's storage) memory-mapped rather
-    than copied into memory; other parts (IVF lists, graphs) are read as ``faiss.read_index`` reads them."""
+    """The faiss index at ``path`` with its vectors memory-mapped rather than copied into memory (on faiss 1.15:
+    flat and scalar-quantised codes, an HNSW index's storage, IVF lists), with the kernel's read-ahead back on
+    for the flat and scalar-quantised codes (faiss maps for random access: a flat scan from disk read a page a
+    fault, and none finished in 300 s where one with read-ahead took 36-45 s; runs/flat-index-mmap/). A faiss
+    without the flag reads the index into memory, and says so. A pre-transform (``L2norm``, ``PCA``, ``OPQ``) is refused: it changes
+    the vectors, so reconstructed candidates would not score the inner product Eq. 12 adds."""
     import faiss
 
-    return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+    flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)
+    if flag is None:
+        logger.warning("faiss %s cannot map an index's vectors: %s is read into memory", faiss.__version__, path)
+        return _refuse_transform(faiss.read_index(str(path)), path)
+    index = _refuse_transform(faiss.read_index(str(path), flag), path)
+    codes = _codes(index)
+    if codes is not None and codes.size():
+        _advise_normal(int(codes.data()), codes.size())
+    return index
+
+
+def _refuse_transform(index, path):
+    import faiss
+
+    if isinstance(faiss.downcast_index(index), faiss.IndexPreTransform):
+        raise ValueError(f"{path} applies a transform before its index (IndexPreTransform: L2norm, PCA, OPQ ...): "
+                         f"its reconstructed vectors are not the encoder's, so Eq. 12 would not be the inner product")
+    return index
+
+
+def _codes(index):
+    """The storage of an IndexFlatCodes (or of an HNSW index's), else None."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexHNSW):
+        index = faiss.downcast_index(index.storage)
+    return index.codes if isinstance(index, faiss.IndexFlatCodes) else None
+
+
+def _advise_normal(address: int, size: int) -> None:
+    """madvise(MADV_NORMAL) over the pages of [address, address + size): best effort (Linux, glibc)."""
+    start = address - address % mmap.PAGESIZE
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(address + size - start), _MADV_NORMAL)
+    except (OSError, AttributeError):
+        pass
+
+
+def flat_view(index) -> np.ndarray | None:
+    """[ntotal, d] read-only float32 view of an IndexFlat's vectors (no copy; it keeps the index alive), or None
+    for other index types. Mapped from the file faiss wrote, the rows start 45 bytes in: the view is not 4-byte
+    aligned, which numpy handles, some operations more slowly than on an aligned copy."""
+    import faiss
+
+    if not isinstance(faiss.downcast_index(index), faiss.IndexFlat):
+        return None
+    return np.asarray(_Buffer(index, (index.ntotal, index.d)))
+
+
+class _Buffer:
+    """Exposes a faiss flat index's float storage to numpy and keeps the index alive as the array's base."""
+
+    def __init__(self, index, shape: tuple[int, int]):
+        self.index = index
+        self.__array_interface__ = {"shape": shape, "typestr": "=f4", "version": 3,
+                                    "data": (int(index.get_xb()), True)}

@@ -38,7 +38,8 @@ def run_child(command: list[str], on_line: Callable[[str], None] | None = None,
     child's progress, into the job's log)."""
     preexec = _die_with_parent() if sys.platform.startswith("linux") else None
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8",
-                          errors="backslashreplace", preexec_fn=preexec, cwd=cwd) as child:  # a stray byte kills nothing
+                          errors="backslashreplace", preexec_fn=preexec,  # a stray byte kills nothing
+                          cwd=cwd) as child:
         try:
             lines = []
             for line in child.stdout:

@@ -361,17 +361,15 @@ def write_dense(folder: Path, card: EncoderCard, chunks, documents: int) -> int:
     8.8M rows at 768 dimensions, past a 24 GB machine)."""
     from retromae_ir.flat_index import FlatIndexFile
 
-    with FlatIndexFile(folder / "index", card.dims, documents) as index, \
-            open(folder / "docid", "w", encoding="utf-8") as out:  # DocidTable reads UTF-8 whatever the locale
-        for docids, dense in chunks:
-            if dense.shape[1] != card.dims:
-                raise IndexMismatchError(f"encoded vectors have {dense.shape[1]} dimensions, the card says {card.dims}")
-            if index.written + len(dense) > documents:
-                raise IndexMismatchError(f"the encoded chunks hold more than the {documents} documents recorded")
-            index.add(dense)
-            out.writelines(f"{docid}\n" for docid in docids)
-        if index.written != documents:
-            raise IndexMismatchError(f"the encoded chunks hold {index.written} documents, {documents} recorded")
+    try:
+        with FlatIndexFile(folder / "index", card.dims, documents) as index, \
+                open(folder / "docid", "w", encoding="utf-8") as out:  # DocidTable reads UTF-8 whatever the locale
+            for docids, dense in chunks:
+                index.add(dense)
+                out.writelines(f"{docid}\n" for docid in docids)
+    except ValueError as exc:  # other widths or counts than the card and the encoding recorded
+        raise IndexMismatchError(f"the encoded chunks do not match card {card.name!r} ({card.dims} dimensions) and "
+                                 f"the {documents} documents recorded: {exc}") from None
     return documents
 
 

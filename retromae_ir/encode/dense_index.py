@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, checksums, read_manifest, rewrite_manifest
-from retromae_ir.flat_index import read_index
+from retromae_ir.encode.manifest import (MANIFEST, IndexMismatchError, checksums, read_manifest,
+                                         write_manifest_fields)
+from retromae_ir.flat_index import flat_view, read_index
 from retromae_ir.io import atomic_dir
 
 logger = logging.getLogger(__name__)
@@ -40,38 +41,50 @@ def rebuild_dense(directory: str | os.PathLike, factory: str, train_size: int = 
                                  f"the flat one (`python -m retromae_ir.encode merge` writes it again from the chunks "
                                  f"under {directory / '.work'})")
     flat = read_index(directory / "dense" / "index")
-    if not isinstance(faiss.downcast_index(flat), faiss.IndexFlat):
-        raise IndexMismatchError(f"{directory / 'dense' / 'index'} is not a flat index, as its manifest says")
-    try:
-        index = faiss.index_factory(flat.d, factory, faiss.METRIC_INNER_PRODUCT)
-    except RuntimeError as exc:
-        raise ValueError(f"faiss.index_factory({flat.d}, {factory!r}) fails: "
-                         f"{str(exc).strip().splitlines()[-1]}") from None
+    vectors = flat_view(flat)  # read-only, over the mapped file; it keeps the flat index alive
+    if vectors is None:
+        raise IndexMismatchError(f"{directory / 'dense' / 'index'} is not a flat index, though its manifest names "
+                                 f"none other")
+    index = _factory_index(flat.d, factory)
     if nprobe is not None and faiss.try_extract_index_ivf(index) is None:
         raise ValueError(f"--nprobe is for an IVF index, not {factory}")
     logger.info("rebuilding %s's flat dense index (%d x %d, memory-mapped) as %s", directory, flat.ntotal, flat.d,
                 factory)
-    vectors = faiss.rev_swig_ptr(faiss.downcast_index(flat).get_xb(), flat.ntotal * flat.d).reshape(
-        flat.ntotal, flat.d)
-    trained_on = None
+    fields = {"dense_index": factory, "dense_index_nprobe": nprobe}
     if not index.is_trained:
         rows = np.sort(np.random.default_rng(seed).choice(flat.ntotal, min(flat.ntotal, train_size), replace=False))
         logger.info("training %s on %d of %d vectors", factory, len(rows), flat.ntotal)
         index.train(np.ascontiguousarray(vectors[rows]))
-        trained_on = len(rows)
+        fields.update(dense_index_trained_on=len(rows), dense_index_seed=seed)
     if nprobe is not None:
         faiss.extract_index_ivf(index).nprobe = nprobe
     reserve_codes(index, flat.ntotal)
     for start in tqdm(range(0, flat.ntotal, BLOCK), desc=f"dense index {factory}", unit="block"):
         index.add(np.ascontiguousarray(vectors[start:start + BLOCK]))
-    (directory / MANIFEST).unlink()  # until the new manifest the index is incomplete (as during a merge)
     with atomic_dir(directory / "dense") as tmp:
         shutil.copyfile(directory / "dense" / "docid", tmp / "docid")
         faiss.write_index(index, str(tmp / "index"))
-    del vectors, flat  # the old file's mapping (its folder is gone; the mapping held it until now)
+        written = {f"dense/{name}": digest for name, digest in checksums(tmp, ["."]).items()}
+        (directory / MANIFEST).unlink()  # last before the swap: a search opening meanwhile sees it gone, and a
+        # failure before here leaves the flat index and its manifest as they were
     files = {name: digest for name, digest in manifest.get("files", {}).items() if not name.startswith("dense/")}
-    return rewrite_manifest(directory, manifest, files={**files, **checksums(directory, ["dense"])},
-                            dense_index=factory, dense_index_trained_on=trained_on, dense_index_seed=seed)
+    return write_manifest_fields(directory, manifest, files={**files, **written}, **fields)
+
+
+def _factory_index(dims: int, factory: str):
+    """``faiss.index_factory(dims, factory, METRIC_INNER_PRODUCT)``; a string faiss does not read, or one with a
+    transform before the index (its reconstructions are not the encoder's vectors), is refused."""
+    import faiss
+
+    try:
+        index = faiss.index_factory(dims, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        raise ValueError(f"faiss.index_factory({dims}, {factory!r}) fails: "
+                         f"{str(exc).strip().splitlines()[-1]}") from None
+    if isinstance(faiss.downcast_index(index), faiss.IndexPreTransform):
+        raise ValueError(f"{factory!r} transforms the vectors before indexing them: the candidates' dense scores "
+                         f"would not be the inner product Eq. 12 adds")
+    return index
 
 
 def reserve_codes(index, rows: int) -> None:

@@ -65,13 +65,12 @@ def write_manifest(directory: Path, card: EncoderCard, **fields) -> Path:
             "k": card.k, "query_k": card.query_k, "scale": card.scale, "activation": card.activation,
             "encoding": ENCODING_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "versions": versions(), **fields}
-    with atomic_write(Path(directory) / MANIFEST) as out:
-        json.dump(data, out, indent=2, sort_keys=True)
+    write_manifest_fields(directory, data)
     return Path(directory) / MANIFEST
 
 
-def rewrite_manifest(directory: Path, manifest: dict, **fields) -> dict:
-    """Write ``manifest`` with ``fields`` changed as ``directory``'s manifest, atomically; the new manifest."""
+def write_manifest_fields(directory: Path, manifest: dict, **fields) -> dict:
+    """Write ``manifest`` with ``fields`` changed as ``directory``'s manifest, atomically; the manifest written."""
     data = {**manifest, **fields}
     with atomic_write(Path(directory) / MANIFEST) as out:
         json.dump(data, out, indent=2, sort_keys=True)

@@ -339,9 +339,10 @@ def evaluate_modes(model, index_dir: Path, corpus: Path, questions: list[Questio
     return results
 
 
-def results_frame(results: list[ModeResult], card_name: str):
+def results_frame(results: list[ModeResult], card_name: str, dense_index: str = "Flat"):
+    """One row a mode; ``dense_index``: the faiss index searched (``Flat``, or what ``encode dense-index`` made)."""
     import pandas as pd
 
-    return pd.DataFrame([{"encoder": card_name, "mode": r.mode, "questions": r.questions,
+    return pd.DataFrame([{"encoder": card_name, "mode": r.mode, "dense index": dense_index, "questions": r.questions,
                           "without hits": r.without_hits, **{f"top-{k}": v for k, v in r.accuracy.items()}}
                          for r in results])

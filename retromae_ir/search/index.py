@@ -22,7 +22,7 @@ import numpy as np
 from retromae_ir.data.docids import DocidTable
 from retromae_ir.encode.cards import EncoderCard, load_card
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, check_card, manifest_text
-from retromae_ir.flat_index import read_index
+from retromae_ir.flat_index import flat_view, read_index
 from retromae_ir.io import check_unchanged
 from retromae_ir.search.ot_store import STORE, VERSION, OTStore, StoreFormatError
 
@@ -69,7 +69,10 @@ class HybridIndex:
         for name in ("index", "docid"):
             if not (dense_dir / name).is_file():
                 raise IndexMismatchError(f"{dense_dir / name} is missing: the dense index is incomplete")
-        self.faiss_index = read_index(dense_dir / "index")
+        try:
+            self.faiss_index = read_index(dense_dir / "index")
+        except ValueError as exc:
+            raise IndexMismatchError(str(exc)) from None
         self.docids = DocidTable((dense_dir / "docid").read_bytes())
         if self.faiss_index.ntotal == 0:
             raise IndexMismatchError(f"{dense_dir} is an empty index (0 vectors)")
@@ -81,7 +84,10 @@ class HybridIndex:
             raise IndexMismatchError(f"{dense_dir} holds {self.faiss_index.d}-d vectors, the card gives {self.card.dims}")
         if len(self.docids) != self.faiss_index.ntotal:
             raise IndexMismatchError(f"{dense_dir}: {len(self.docids)} docids for {self.faiss_index.ntotal} vectors")
-        self._flat = _flat_view(self.faiss_index)
+        self._flat = flat_view(self.faiss_index)
+        ivf = faiss.try_extract_index_ivf(self.faiss_index)
+        if ivf is not None:
+            ivf.make_direct_map()  # reconstruct_batch of an IVF index needs it
         self.store = self._open_store() if self.card.sparse else None
         # a merge into this folder meanwhile (it unlinks the manifest first) may have swapped one part, not another
         check_unchanged(self.directory / MANIFEST, checked)
@@ -160,24 +166,3 @@ class HybridIndex:
                 shape = None if sparse is None else sparse.shape
                 raise IndexMismatchError(f"sparse query vectors have shape {shape}, the index vocabulary is "
                                          f"{self.store.vocab}")
-
-
-class _Buffer:
-    """Exposes a faiss flat index's float storage to numpy and keeps the index alive as the array's base."""
-
-    def __init__(self, index, shape: tuple[int, int]):
-        self.index = index
-        self.__array_interface__ = {"shape": shape, "typestr": "<f4", "version": 3,
-                                    "data": (int(index.get_xb()), True)}
-
-
-def _flat_view(index) -> np.ndarray | None:
-    """[ntotal, d] read-only float32 view of an IndexFlat's vectors (no copy), or None for other index types."""
-    import faiss
-
-    if not isinstance(faiss.downcast_index(index), faiss.IndexFlat):
-        ivf = faiss.try_extract_index_ivf(index)
-        if ivf is not None:
-            ivf.make_direct_map()  # reconstruct_batch of an IVF index needs it
-        return None
-    return np.asarray(_Buffer(index, (index.ntotal, index.d)))

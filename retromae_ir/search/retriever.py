@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Callable
 
 from retromae_ir.encode.cards import load_card
-from retromae_ir.encode.manifest import MANIFEST, reusable_manifest
+from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, read_manifest, reusable_manifest
 from retromae_ir.encode.representation import ENCODING_VERSION
+from retromae_ir.flat_index import FLAT_IP
 from retromae_ir.io import check_read_unchanged, check_unchanged, checkpoint_file_digests, claim_output, file_digest
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
@@ -77,13 +78,9 @@ class EncoderRetriever:
     def index_is_current(self, index_dir: Path, digests: dict[str, str]) -> bool:
         """Built by this card, weights, precision and encoding code from these corpus bytes (not merely a corpus of
         this name), with a Lucene impact index when this retriever builds one (an index made without it is not
-        reused then), and with the flat dense index (runs are cached under a key that does not name another)."""
+        reused then)."""
         data = reusable_manifest(index_dir, self.model)
         if data is None:
-            return False
-        if data.get("dense_index", "Flat") != "Flat":  # its runs would be keyed as the flat index's
-            logger.info("%s: its dense index was rebuilt as %s (encode dense-index); this driver searches the flat "
-                        "one merge writes: merged again", index_dir, data["dense_index"])
             return False
         has_lucene = data.get("lucene", True) or not self.card.sparse
         recorded = {key: value for key, value in data.items() if key.endswith("_sha256")}
@@ -98,6 +95,7 @@ class EncoderRetriever:
         with claim_output(index_dir):
             digests = self.source_digests(corpus)
             if self.index_is_current(index_dir, digests):
+                check_flat(index_dir)
                 logger.info("reusing %s index %s", self.card.name, index_dir)
             else:
                 docids, texts = read_corpus(corpus)
@@ -135,3 +133,17 @@ class EncoderRetriever:
         return lambda queries: searcher.batch_search(list(queries.values()), list(queries), k=self.hits,
                                                      batch_size=self.batch_size)
 
+
+def check_flat(index_dir: Path) -> None:
+    """Refuse an index whose dense side is not the flat one merge writes (rebuilt by ``encode dense-index``, or
+    replaced by hand): the drivers cache runs under a key that names no faiss index, so its approximate or float16
+    runs would be kept and reported as the flat index's. The file's first bytes say, whatever the manifest says."""
+    with open(index_dir / "dense" / "index", "rb") as index:
+        kind = index.read(4)
+    if kind != FLAT_IP:
+        named = read_manifest(index_dir).get("dense_index", f"a faiss index of type {kind!r}")
+        raise IndexMismatchError(
+            f"{index_dir}'s dense index is {named}, not the flat one these runs are cached for: write it again with "
+            f"`python -m retromae_ir.encode merge --encoder CARD --output {index_dir} --shard-num N` (N as "
+            f"encoded; from the chunks under {index_dir / '.work'}), or search it as it is with "
+            f"`python -m retromae_ir.search`")

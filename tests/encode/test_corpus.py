@@ -247,10 +247,10 @@ def test_the_vocabulary_is_checked_where_it_becomes_lucene_terms(dupmae_model, m
         dupmae_model.lucene_terms
 
 
-def test_the_dense_index_is_written_into_one_buffer_as_faiss_add_writes_it(tmp_path):
-    """``write_dense`` fills one buffer of the final size (faiss's ``add`` grows by doubling: an MS MARCO index
-    briefly took twice its size) and writes the same bytes as ``add`` chunk by chunk; chunks that hold another
-    count than the documents recorded are refused."""
+def test_the_dense_index_is_written_chunk_by_chunk_as_faiss_add_writes_it(tmp_path):
+    """``write_dense`` writes the index file a chunk at a time (faiss built it in memory: 25.2 GiB for MS MARCO at
+    768 dimensions) with the bytes ``add`` chunk by chunk and ``write_index`` write; chunks that hold another count
+    than the documents recorded, or another width than the card's, are refused."""
     import faiss
 
     from retromae_ir.encode.cards import EncoderCard
@@ -268,7 +268,11 @@ def test_the_dense_index_is_written_into_one_buffer_as_faiss_add_writes_it(tmp_p
     faiss.write_index(added, str(tmp_path / "added"))
     assert (tmp_path / "ours" / "index").read_bytes() == (tmp_path / "added").read_bytes()
     assert (tmp_path / "ours" / "docid").read_text().split() == [f"d{i}" for i in range(11)]
-    for recorded, message in ((12, "hold 11 documents, 12 recorded"), (10, "hold more than the 10 documents")):
+    for recorded, message in ((12, "the 12 documents recorded: 11 rows, the index was opened for 12"),
+                              (10, "the 10 documents recorded: more than the 10 rows")):
         (tmp_path / f"n{recorded}").mkdir()
         with pytest.raises(IndexMismatchError, match=message):
             write_dense(tmp_path / f"n{recorded}", card, iter(chunks), recorded)
+    (tmp_path / "wide").mkdir()
+    with pytest.raises(IndexMismatchError, match=r"card 't' \(8 dimensions\).*vectors of shape \(4, 9\) for a 8-d"):
+        write_dense(tmp_path / "wide", card, iter([(["a"] * 4, np.zeros((4, 9), np.float32))]), 4)

@@ -226,6 +226,7 @@ def test_driver_end_to_end_dense_sparse_hybrid(data, tmp_path, tiny_bert_dir, mo
     assert dense["top-20"] == dense["top-100"] == round(ANSWERABLE, 4) == 0.7778
     assert "| dense |" in (out / "nq-results.md").read_text()
     assert f"dense index Flat ({index})" in (out / "nq-results.md").read_text()
+    assert set(table["dense index"]) == {"Flat"}
 
     # an index whose dense side was rebuilt is searched as it is, and the table says which it was
     from retromae_ir.encode.dense_index import rebuild_dense
@@ -235,6 +236,7 @@ def test_driver_end_to_end_dense_sparse_hybrid(data, tmp_path, tiny_bert_dir, mo
                      "--qas", str(qas), "--output", str(out), "--index-dir", str(index), "--threads", "1",
                      "--batch-size", "4", "--device", "cpu", "--dtype", "fp32", "--modes", "dense"]) == 0
     assert f"dense index SQfp16 ({index})" in (out / "nq-results.md").read_text()
+    assert list(pd.read_csv(out / "nq-results.csv")["dense index"]) == ["SQfp16"]
     assert json.loads((index / "manifest.json").read_text())["dense_index"] == "SQfp16"  # reused, not merged again
 
     # a dense-only run into the same folder leaves no sparse or hybrid files of the run before beside its own

@@ -29,7 +29,7 @@ def test_sqfp16_by_the_cli_is_recorded_verified_and_searched_at_float16(handful,
     flat = HybridIndex(index_copy, handful[0]).dense.copy()
     assert main(["dense-index", "--index", str(index_copy), "--factory", "SQfp16"]) == 0
     manifest = read_manifest(index_copy)
-    assert (manifest["dense_index"], manifest["dense_index_trained_on"]) == ("SQfp16", None)
+    assert manifest["dense_index"] == "SQfp16" and "dense_index_trained_on" not in manifest  # nothing drawn
     assert verify_files(index_copy) == len(manifest["files"])  # the dense files' new checksums
     assert "flat dense index (6 x 384, memory-mapped) as SQfp16" in (index_copy / "dense-index.log").read_text()
     index = HybridIndex(index_copy, handful[0])
@@ -46,8 +46,8 @@ def test_sqfp16_by_the_cli_is_recorded_verified_and_searched_at_float16(handful,
 
 def test_an_ivf_index_is_trained_on_a_seeded_sample_and_keeps_its_nprobe(handful, index_copy):
     manifest = rebuild_dense(index_copy, "IVF2,Flat", train_size=4, nprobe=2, seed=3)
-    assert (manifest["dense_index"], manifest["dense_index_trained_on"], manifest["dense_index_seed"]) == \
-        ("IVF2,Flat", 4, 3)
+    assert [manifest[f"dense_index{field}"] for field in ("", "_trained_on", "_seed", "_nprobe")] == \
+        ["IVF2,Flat", 4, 3, 2]
     ivf = faiss.extract_index_ivf(faiss.read_index(str(index_copy / "dense" / "index")))
     assert (ivf.nlist, ivf.nprobe, ivf.ntotal) == (2, 2, len(HybridIndex(handful[1], handful[0])))
     assert json.loads((index_copy / "manifest.json").read_text()) == manifest
@@ -57,6 +57,7 @@ def test_an_ivf_index_is_trained_on_a_seeded_sample_and_keeps_its_nprobe(handful
     ("Flat", None, ValueError, "flat already"),
     ("bogus", None, ValueError, r"faiss.index_factory\(\d+, 'bogus'\) fails: .*could not parse index string bogus"),
     ("SQfp16", 4, ValueError, "--nprobe is for an IVF index, not SQfp16"),
+    ("L2norm,Flat", None, ValueError, "transforms the vectors before indexing them"),
 ])
 def test_a_factory_it_cannot_build_is_refused_before_anything_changes(index_copy, factory, nprobe, error, message):
     before = {path: path.read_bytes() for path in index_copy.rglob("*") if path.is_file()}
@@ -93,3 +94,28 @@ def test_the_storage_is_reserved_once_and_never_copied_while_blocks_are_added(fa
     fresh.add(vectors)
     assert [found.tolist() for found in index.search(vectors[:3], 4)] == \
         [found.tolist() for found in fresh.search(vectors[:3], 4)]
+
+
+def test_a_rebuild_that_fails_leaves_the_flat_index_and_its_manifest(index_copy, monkeypatch):
+    """The manifest was unlinked before the new index was written: a full disk then left an intact flat index
+    that every search refused (no manifest). Now it goes last, just before the new folder replaces the old."""
+    before = {path: path.read_bytes() for path in index_copy.rglob("*") if path.is_file()}
+
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(faiss, "write_index", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        rebuild_dense(index_copy, "SQfp16")
+    assert {path: path.read_bytes() for path in index_copy.rglob("*") if path.is_file()} == before
+
+
+def test_the_rebuild_reserves_the_storage_before_its_first_add(index_copy, monkeypatch):
+    import retromae_ir.encode.dense_index as dense_index
+
+    reserved = []
+    real = dense_index.reserve_codes
+    monkeypatch.setattr(dense_index, "reserve_codes",
+                        lambda index, rows: reserved.append((index.ntotal, rows)) or real(index, rows))
+    rebuild_dense(index_copy, "SQfp16")
+    assert reserved == [(0, 6)]

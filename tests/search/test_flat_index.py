@@ -5,7 +5,7 @@ import faiss
 import numpy as np
 import pytest
 
-from retromae_ir.flat_index import FlatIndexFile, read_index
+from retromae_ir.flat_index import FLAT_IP, FlatIndexFile, read_index
 
 
 def _chunks():
@@ -29,9 +29,10 @@ def test_each_chunk_is_on_disk_before_the_next_is_read(tmp_path):
     faiss.write_index(reference, str(tmp_path / "reference"))
     assert (tmp_path / "index").read_bytes() == (tmp_path / "reference").read_bytes()
     assert sizes[-1] == (tmp_path / "reference").stat().st_size
+    assert (tmp_path / "index").read_bytes()[:4] == FLAT_IP  # what the drivers read to tell a flat index
 
 
-@pytest.mark.parametrize("rows, message", [(11, "10 rows written, the index was opened for 11"),
+@pytest.mark.parametrize("rows, message", [(11, "10 rows, the index was opened for 11"),
                                            (9, "more than the 9 rows")])
 def test_another_count_of_rows_is_refused(tmp_path, rows, message):
     _, chunks = _chunks()
@@ -58,6 +59,19 @@ def _mapped_files(address: int) -> list[str]:
     return found
 
 
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping at ``address`` (/proc/self/smaps)."""
+    inside = False
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if "-" in fields[0] and ":" not in fields[0]:
+            start, end = (int(value, 16) for value in fields[0].split("-"))
+            inside = start <= address < end
+        elif inside and fields[0] == "VmFlags:":
+            return fields[1:]
+    return []
+
+
 @pytest.mark.parametrize("factory", ["Flat", "SQfp16", "IVF2,Flat"])
 def test_an_index_is_read_with_its_vectors_mapped_and_searches_as_read_into_memory(tmp_path, factory):
     vectors = np.random.default_rng(2).standard_normal((64, 8)).astype(np.float32)
@@ -69,10 +83,32 @@ def test_an_index_is_read_with_its_vectors_mapped_and_searches_as_read_into_memo
     copied = faiss.read_index(str(tmp_path / "index"))
     assert [found.tolist() for found in mapped.search(vectors[:5], 7)] == \
         [found.tolist() for found in copied.search(vectors[:5], 7)]
-    if factory != "IVF2,Flat":  # IVF lists are read as faiss reads them
+    if factory != "IVF2,Flat":
         codes = faiss.downcast_index(mapped).codes
         assert _mapped_files(int(codes.data())) == [str(tmp_path / "index")]
         assert str(tmp_path / "index") not in _mapped_files(int(faiss.downcast_index(copied).codes.data()))
+        assert "rr" not in _vm_flags(int(codes.data()))  # faiss maps for random access: read-ahead is put back
+
+
+def test_an_index_with_a_transform_before_it_is_refused(tmp_path, handful):
+    """``L2norm,Flat`` passed every check (inner product, the card's dimensions) and rescored candidates by their
+    normalised reconstructions: cosine, not Eq. 12's inner product, with exit 0."""
+    import shutil
+
+    from retromae_ir.encode.manifest import IndexMismatchError
+    from retromae_ir.search import HybridIndex
+
+    vectors = np.random.default_rng(3).standard_normal((6, 384)).astype(np.float32)
+    index = faiss.index_factory(384, "L2norm,Flat", faiss.METRIC_INNER_PRODUCT)
+    index.add(vectors)
+    faiss.write_index(index, str(tmp_path / "transformed"))
+    with pytest.raises(ValueError, match="applies a transform before its index"):
+        read_index(tmp_path / "transformed")
+    copy = tmp_path / "index"
+    shutil.copytree(handful[1], copy, ignore=shutil.ignore_patterns(".work"))
+    shutil.copyfile(tmp_path / "transformed", copy / "dense" / "index")
+    with pytest.raises(IndexMismatchError, match="applies a transform before its index"):
+        HybridIndex(copy, handful[0])
 
 
 def test_the_searcher_reads_the_dense_vectors_from_the_mapped_index_file(handful):

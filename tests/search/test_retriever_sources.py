@@ -4,6 +4,7 @@ old weights left for resuming are not reused."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -162,24 +163,31 @@ def test_an_index_of_another_sparse_store_format_is_encoded_again(tmp_path, tiny
     assert not retriever.index_is_current(tmp_path / "index", digests)
 
 
-def test_an_index_whose_dense_side_was_rebuilt_is_merged_again_for_the_drivers(tmp_path):
-    """The drivers cache runs under a key that names no faiss index: one rebuilt as SQfp16 by `encode dense-index`
-    was reused, its float16 runs cached and reported as the flat index's (and flat runs reused beside it). It is
-    merged again from its chunks instead (no encoding: the chunks are there)."""
+@pytest.mark.parametrize("how", ["dense-index", "by hand"])
+def test_an_index_whose_dense_side_is_not_flat_is_refused_by_the_drivers(tmp_path, how):
+    """The drivers cache runs under a key that names no faiss index: an index rebuilt as SQfp16 (by `encode
+    dense-index`, or written over dense/index by hand, which the manifest does not say) was reused, and its float16
+    runs cached and reported as the flat index's, beside flat runs reused. It is refused, naming the way back."""
+    import faiss
+
     from retromae_ir.encode.dense_index import rebuild_dense
+    from retromae_ir.encode.manifest import IndexMismatchError
 
     card = tmp_path / "handful.yaml"
     card.write_text(CARD)
     retriever = EncoderRetriever(str(card), index_root=tmp_path / "indexes", threads=1, hits=5)
     index = retriever.build_index(CORPUS, "handful")
-    flat = (index / "dense" / "index").read_bytes()
-    rebuild_dense(index, "SQfp16")
-    assert not retriever.index_is_current(index, retriever.source_digests(CORPUS))
-    chunks = {path: path.stat().st_mtime_ns for path in (index / ".work").rglob("chunk-*.npz")}
-    assert retriever.build_index(CORPUS, "handful") == index
-    assert (index / "dense" / "index").read_bytes() == flat
-    assert "dense_index" not in json.loads((index / "manifest.json").read_text())
-    assert chunks and {path: path.stat().st_mtime_ns for path in (index / ".work").rglob("chunk-*.npz")} == chunks
+    if how == "dense-index":
+        rebuild_dense(index, "SQfp16")
+        named = "SQfp16"
+    else:
+        flat = faiss.read_index(str(index / "dense" / "index"))
+        other = faiss.index_factory(flat.d, "SQfp16", faiss.METRIC_INNER_PRODUCT)
+        other.add(flat.reconstruct_n(0, flat.ntotal))
+        faiss.write_index(other, str(index / "dense" / "index"))
+        named = "a faiss index of type b'IxSQ'"
+    with pytest.raises(IndexMismatchError, match=rf"dense index is {re.escape(named)}, not the flat one .*merge"):
+        retriever.retrieve(CORPUS, "handful", {"q": "a query"})
 
 
 def test_a_tokenizer_edited_in_place_is_encoded_again(tmp_path, tiny_bert_dir):
