@@ -15,6 +15,7 @@ import logging
 import mmap
 import os
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +50,12 @@ class FlatIndexFile:
         self._out.close()
         if self.written != self.rows:
             raise ValueError(f"{self.written} rows, the index was opened for {self.rows}")
+        if self.path.stat().st_size != self.size:
+            raise RuntimeError(f"{self.path}: {self.path.stat().st_size} bytes written, {self.size} expected")
+        if not _can_map():  # reading it back would read it all into memory
+            return
         index = read_index(self.path)
-        if (index.d, index.ntotal) != (self.dims, self.rows) or self.path.stat().st_size != self.size:
+        if (index.d, index.ntotal) != (self.dims, self.rows):
             raise RuntimeError(f"{self.path}: faiss reads {index.ntotal} x {index.d}, not the {self.rows} x "
                                f"{self.dims} written: this faiss's flat index format is not the one written here")
 
@@ -62,6 +67,16 @@ class FlatIndexFile:
             self.close()
         else:
             self._out.close()
+
+
+def flat_ip_kind(path: str | os.PathLike) -> bytes:
+    """The first four bytes of the faiss index file ``path`` (``FLAT_IP`` for an IndexFlatIP); a missing or
+    unreadable file is an error naming it."""
+    try:
+        with open(path, "rb") as index:
+            return index.read(4)
+    except OSError as exc:
+        raise ValueError(f"{path} is missing or unreadable ({exc.strerror}): the dense index is incomplete") from None
 
 
 def _header(dims: int, rows: int) -> bytes:
@@ -82,19 +97,33 @@ def read_index(path: str | os.PathLike):
     flat and scalar-quantised codes, an HNSW index's storage, IVF lists), with the kernel's read-ahead back on
     for the flat and scalar-quantised codes (faiss maps for random access: a flat scan from disk read a page a
     fault, and none finished in 300 s where one with read-ahead took 36-45 s; runs/flat-index-mmap/). A faiss
-    without the flag reads the index into memory, and says so. A pre-transform (``L2norm``, ``PCA``, ``OPQ``) is refused: it changes
-    the vectors, so reconstructed candidates would not score the inner product Eq. 12 adds."""
+    without the flag, or on a platform it maps nothing on, reads the index into memory, and says so. A
+    pre-transform (``L2norm``, ``PCA``, ``OPQ``) is refused: it changes the vectors, so reconstructed candidates
+    would not score the inner product Eq. 12 adds."""
     import faiss
 
-    flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)
-    if flag is None:
+    if not _can_map():
         logger.warning("faiss %s cannot map an index's vectors: %s is read into memory", faiss.__version__, path)
         return _refuse_transform(faiss.read_index(str(path)), path)
-    index = _refuse_transform(faiss.read_index(str(path), flag), path)
+    try:
+        index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+    except RuntimeError as exc:  # a platform faiss maps nothing on ("Not implemented"), not a bad file
+        if "not implemented" not in str(exc).lower():
+            raise
+        logger.warning("faiss cannot map files here: %s is read into memory", path)
+        index = faiss.read_index(str(path))
+    index = _refuse_transform(index, path)
     codes = _codes(index)
     if codes is not None and codes.size():
         _advise_normal(int(codes.data()), codes.size())
     return index
+
+
+def _can_map() -> bool:
+    """Whether this faiss maps an index's vectors (it has ``IO_FLAG_MMAP_IFC``; 1.15 does)."""
+    import faiss
+
+    return hasattr(faiss, "IO_FLAG_MMAP_IFC")
 
 
 def _refuse_transform(index, path):
@@ -118,11 +147,13 @@ def _codes(index):
 
 def _advise_normal(address: int, size: int) -> None:
     """madvise(MADV_NORMAL) over the pages of [address, address + size): best effort (Linux, glibc)."""
+    if not sys.platform.startswith("linux"):
+        return
     start = address - address % mmap.PAGESIZE
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(address + size - start), _MADV_NORMAL)
-    except (OSError, AttributeError):
+    except Exception:  # advice only: a libc without madvise searches as faiss mapped it
         pass
 
 

@@ -68,6 +68,8 @@ def test_unknown_condition_is_an_error(matrix_file, capsys):
     ("  - {name: a/../.., dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
     ("  - {name: /x, dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
     ("  - {name: '', dataset: scifact, retriever: bm25, expected: {}}\n", "must be one folder name"),
+    # another condition's output log (RUNS_ROOT/<name>.log) would be this one's folder
+    ("  - {name: b.log, dataset: scifact, retriever: bm25, expected: {}}\n", "not ending in .log"),
 ])
 def test_bad_condition_names_the_file_and_condition(tmp_path, entry, message):
     path = tmp_path / "bad.yaml"

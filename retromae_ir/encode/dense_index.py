@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from retromae_ir.encode.manifest import (MANIFEST, IndexMismatchError, checksums, read_manifest,
                                          write_manifest_fields)
-from retromae_ir.flat_index import flat_view, read_index
+from retromae_ir.flat_index import FLAT_IP, flat_ip_kind, flat_view, read_index
 from retromae_ir.io import atomic_dir
 
 logger = logging.getLogger(__name__)
@@ -40,11 +40,11 @@ def rebuild_dense(directory: str | os.PathLike, factory: str, train_size: int = 
         raise IndexMismatchError(f"{directory}'s dense index is already {manifest['dense_index']}: rebuild it from "
                                  f"the flat one (`python -m retromae_ir.encode merge` writes it again from the chunks "
                                  f"under {directory / '.work'})")
+    if flat_ip_kind(directory / "dense" / "index") != FLAT_IP:  # replaced by hand: an L2 one would turn IP
+        raise IndexMismatchError(f"{directory / 'dense' / 'index'} is not the flat inner-product index merge "
+                                 f"writes, though its manifest names none other")
     flat = read_index(directory / "dense" / "index")
     vectors = flat_view(flat)  # read-only, over the mapped file; it keeps the flat index alive
-    if vectors is None:
-        raise IndexMismatchError(f"{directory / 'dense' / 'index'} is not a flat index, though its manifest names "
-                                 f"none other")
     index = _factory_index(flat.d, factory)
     if nprobe is not None and faiss.try_extract_index_ivf(index) is None:
         raise ValueError(f"--nprobe is for an IVF index, not {factory}")

@@ -97,9 +97,10 @@ class Matrix:
                 condition = Condition(**{**entry, "extra_args": tuple(entry.get("extra_args", ()))})
             except TypeError as exc:
                 raise ValueError(f"{path}: condition {number} ({entry.get('name', '?')}): {exc}") from None
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(condition.name)):
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(condition.name)) or condition.name.endswith(".log"):
                 raise ValueError(f"{path}: condition {number} name {condition.name!r} must be one folder name "
-                                 "(letters, digits, '.', '_', '-'; its runs go to RUNS_ROOT/<name>/, emptied first)")
+                                 "(letters, digits, '.', '_', '-', not ending in .log; its runs go to "
+                                 "RUNS_ROOT/<name>/, emptied first, its output to RUNS_ROOT/<name>.log)")
             if (condition.retriever is None) == (condition.encoder is None):
                 raise ValueError(f"{path}: condition {condition.name!r} needs exactly one of retriever / encoder")
             if condition.retriever is not None and condition.search is not None:  # it was left out of the command

@@ -11,7 +11,7 @@ from typing import Callable
 from retromae_ir.encode.cards import load_card
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, read_manifest, reusable_manifest
 from retromae_ir.encode.representation import ENCODING_VERSION
-from retromae_ir.flat_index import FLAT_IP
+from retromae_ir.flat_index import FLAT_IP, flat_ip_kind
 from retromae_ir.io import check_read_unchanged, check_unchanged, checkpoint_file_digests, claim_output, file_digest
 from retromae_ir.search.exact_hybrid import SEARCH_VERSION
 
@@ -138,12 +138,11 @@ def check_flat(index_dir: Path) -> None:
     """Refuse an index whose dense side is not the flat one merge writes (rebuilt by ``encode dense-index``, or
     replaced by hand): the drivers cache runs under a key that names no faiss index, so its approximate or float16
     runs would be kept and reported as the flat index's. The file's first bytes say, whatever the manifest says."""
-    with open(index_dir / "dense" / "index", "rb") as index:
-        kind = index.read(4)
+    kind = flat_ip_kind(index_dir / "dense" / "index")
     if kind != FLAT_IP:
         named = read_manifest(index_dir).get("dense_index", f"a faiss index of type {kind!r}")
         raise IndexMismatchError(
-            f"{index_dir}'s dense index is {named}, not the flat one these runs are cached for: write it again with "
-            f"`python -m retromae_ir.encode merge --encoder CARD --output {index_dir} --shard-num N` (N as "
-            f"encoded; from the chunks under {index_dir / '.work'}), or search it as it is with "
+            f"{index_dir}'s dense index is {named}, not the flat one these runs are cached for: remove "
+            f"{index_dir / MANIFEST} and run again (the index is merged again from the chunks under "
+            f"{index_dir / '.work'}, encoded again without them), or search it as it is with "
             f"`python -m retromae_ir.search`")

@@ -66,6 +66,16 @@ def test_a_factory_it_cannot_build_is_refused_before_anything_changes(index_copy
     assert {path: path.read_bytes() for path in index_copy.rglob("*") if path.is_file()} == before
 
 
+def test_a_flat_index_replaced_by_an_l2_one_is_not_rebuilt(index_copy):
+    """An IndexFlatL2 written over dense/index by hand passed as flat and was rebuilt as inner product."""
+    flat = faiss.read_index(str(index_copy / "dense" / "index"))
+    l2 = faiss.IndexFlatL2(flat.d)
+    l2.add(flat.reconstruct_n(0, flat.ntotal))
+    faiss.write_index(l2, str(index_copy / "dense" / "index"))
+    with pytest.raises(IndexMismatchError, match="is not the flat inner-product index merge writes"):
+        rebuild_dense(index_copy, "SQfp16")
+
+
 def test_a_rebuilt_index_is_not_rebuilt_again(index_copy):
     rebuild_dense(index_copy, "SQfp16")
     with pytest.raises(IndexMismatchError, match="already SQfp16: rebuild it from the flat one .*merge"):

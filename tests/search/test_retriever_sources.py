@@ -186,7 +186,14 @@ def test_an_index_whose_dense_side_is_not_flat_is_refused_by_the_drivers(tmp_pat
         other.add(flat.reconstruct_n(0, flat.ntotal))
         faiss.write_index(other, str(index / "dense" / "index"))
         named = "a faiss index of type b'IxSQ'"
-    with pytest.raises(IndexMismatchError, match=rf"dense index is {re.escape(named)}, not the flat one .*merge"):
+    with pytest.raises(IndexMismatchError, match=rf"dense index is {re.escape(named)}, not the flat one .*remove "
+                                                 r".*manifest.json and run again"):
+        retriever.retrieve(CORPUS, "handful", {"q": "a query"})
+    (index / "manifest.json").unlink()  # as the message says: merged again from the chunks, flat
+    assert all(retriever.retrieve(CORPUS, "handful", {"q": "a query"}).values())
+    assert (index / "dense" / "index").read_bytes()[:4] == b"IxFI"
+    (index / "dense" / "index").unlink()  # a reusable manifest without its index: the dataset fails, named
+    with pytest.raises(ValueError, match=r"dense/index is missing or unreadable .*the dense index is incomplete"):
         retriever.retrieve(CORPUS, "handful", {"q": "a query"})
 
 
