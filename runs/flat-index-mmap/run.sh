@@ -6,26 +6,10 @@
 #   .venv/bin/python benchmarks/hybrid_scale.py --docs 540000 --dims 768 --no-lucene --skip ours brute --work /tmp/hs-540k-768
 #   bash runs/flat-index-mmap/run.sh
 set -u
-HERE=runs/flat-index-mmap
-WORK=/tmp/hs-540k-768
+source runs/flat-index-mmap/common.sh
 OLD=/work/wt-old
-CG=$(awk -F: '$2=="memory"{print "/sys/fs/cgroup/memory"$3}' /proc/self/cgroup)/flat-index-mmap
 lscpu > $HERE/lscpu.txt
 git rev-parse HEAD > $HERE/commit.txt
-limited() {  # limited BYTES command...: the command in a cgroup whose memory (page cache included) is BYTES at most
-  mkdir -p "$CG" && echo "$1" > "$CG/memory.limit_in_bytes" && shift
-  bash -c 'echo $$ > '"$CG"'/cgroup.procs; exec "$@"' _ "$@"
-}
-cold() { sync; echo 1 > /proc/sys/vm/drop_caches; }
-run() {  # run NAME command...: stdout to NAME.json, stderr to NAME.log, exit status and wall time to NAME.rc
-  local name=$1; shift
-  local start=$(date +%s.%N)
-  "$@" > $HERE/$name.json 2> $HERE/$name.log
-  echo "rc=$? wall_s=$(echo "$(date +%s.%N) - $start" | bc)" > $HERE/$name.rc
-  cat $HERE/$name.rc
-}
-GIB=$((1 << 30))
-LIMIT=$((GIB + GIB / 4))   # 1.25 GiB: less than the 1.545 GiB flat index
 merge_cmd() { .venv/bin/python benchmarks/merge_memory.py --work $WORK --output "$1"; }
 cold; PYTHONPATH=$OLD run merge-old merge_cmd /tmp/merge-old
 cold; run merge-new merge_cmd /tmp/merge-new
