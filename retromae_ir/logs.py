@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import logging.handlers
 from pathlib import Path
 
 from retromae_ir.io import is_user_error
@@ -44,3 +45,42 @@ def log_beside(output: str | Path):
         handler.close()
         if refused and created:
             log_file.unlink(missing_ok=True)
+
+
+class HeldRecords(logging.handlers.MemoryHandler):
+    """The package's log records from before a job's log file exists (a training command reads and tokenises
+    its data before the trainer opens train.log), held to be written into it once it does (:func:`release_held`)."""
+
+    def __init__(self):
+        super().__init__(capacity=100_000, flushLevel=logging.CRITICAL + 1, flushOnClose=False)
+
+    def shouldFlush(self, record) -> bool:
+        return False  # only release_held writes them, in order, into the file
+
+
+@contextlib.contextmanager
+def hold_records(logger_name: str = "retromae_ir"):
+    """Hold ``logger_name``'s records (at INFO and above) while the block runs (they reach the console as ever)."""
+    held = HeldRecords()
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    logger.addHandler(held)
+    try:
+        yield held
+    finally:
+        logger.removeHandler(held)
+        logger.setLevel(level)
+        held.close()
+
+
+def release_held(handler: logging.Handler, logger_name: str = "retromae_ir") -> None:
+    """Write the records :func:`hold_records` holds on ``logger_name`` into ``handler`` (a job's log file, just
+    opened) and hold no more."""
+    logger = logging.getLogger(logger_name)
+    for held in [h for h in logger.handlers if isinstance(h, HeldRecords)]:
+        for record in held.buffer:
+            handler.handle(record)
+        held.buffer.clear()
+        logger.removeHandler(held)

@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -260,23 +261,32 @@ def check_maskable(segments: SegmentTable, ratio: float, corpus: str | Path) -> 
 def load_segments(path: str | Path, tokenizer, max_length: int, cache: str | Path | None = None) -> SegmentTable:
     """Segments from ``cache`` when it was built from this corpus, tokenizer and max length; else tokenise
     (and write the cache when one is named). The cache is built by one process at a time: under torchrun the first
-    rank tokenises and the others, waiting on its lock, read what it wrote (each tokenised the whole corpus)."""
+    rank tokenises and the others, waiting on its lock, read what it wrote (each tokenised the whole corpus).
+    Logged with where the segments came from (the training commands write it into train.log)."""
+    start = time.perf_counter()
+    segments, source = _segments_and_source(path, tokenizer, max_length, cache)
+    log.info("%s: %d segments of at most %d tokens, %s in %.1f s", path, len(segments), max_length, source,
+             time.perf_counter() - start)
+    return segments
+
+
+def _segments_and_source(path, tokenizer, max_length: int, cache) -> tuple[SegmentTable, str]:
     if cache is None:
-        return tokenize_corpus(path, tokenizer, max_length)
+        return tokenize_corpus(path, tokenizer, max_length), "tokenised (no --tokenized-cache)"
     key, digest = _cache_key(path, tokenizer, max_length)  # hashes the corpus
     cached = _read_cache(Path(cache), key) if Path(cache).is_file() else None  # complete (renamed into place):
     if cached is not None:  # read without the lock, so a cache in a read-only folder serves every rank at once
-        return cached
+        return cached, f"read from the tokenised cache {cache}"
     with claim_output_waiting(cache, CACHE_POLL_S):
         if Path(cache).is_file():
             cached = _read_cache(Path(cache), key)
             if cached is not None:  # built by the process this one waited for
-                return cached
+                return cached, f"read from the tokenised cache {cache} (built meanwhile)"
             log.warning("tokenised cache %s was built from other inputs; rebuilding it", cache)
         segments = tokenize_corpus(path, tokenizer, max_length)
         check_read_unchanged(path, digest, "it was tokenised")  # else cached under the old corpus's key
         _write_cache(Path(cache), key, segments)
-    return segments
+    return segments, f"tokenised into the cache {cache}"
 
 
 def _cache_key(path: str | Path, tokenizer, max_length: int) -> tuple[str, str]:

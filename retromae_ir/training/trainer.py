@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from retromae_ir.io import (as_stored, atomic_dir, atomic_write, check_read_unchanged, checkpoint_files,
                             file_digest, output_lock, remove_stale_temporaries)
+from retromae_ir.logs import hold_records, release_held
 from retromae_ir.training.arguments import TrainingArguments
 
 log = logging.getLogger(__name__)
@@ -296,7 +297,7 @@ def exclusive_run(args: TrainingArguments, identity: dict) -> Iterator[None]:
     command leaves nothing that looks like a result (or like a run to resume)."""
     main = int(os.environ.get("RANK", "0")) == 0
     output = Path(args.output)
-    with output_lock(args.output) if main else contextlib.nullcontext():
+    with output_lock(args.output) if main else contextlib.nullcontext(), hold_records():
         created = not output.exists()
         check_output(args, identity)
         try:
@@ -306,6 +307,8 @@ def exclusive_run(args: TrainingArguments, identity: dict) -> Iterator[None]:
                 log.info("removing %s: the run failed before its first checkpoint", output)
                 shutil.rmtree(output, ignore_errors=True)
             raise
+        finally:  # in one process (the chain, tests) the next job's lines went on into this run's train.log
+            close_train_log()
 
 
 def micro_seeds(seed: int, micro: int, rank: int) -> tuple[int, int]:
@@ -569,15 +572,22 @@ class Trainer:
         would write every line twice)."""
         if not self.is_main:
             return
+        close_train_log()
         package = logging.getLogger("retromae_ir")
-        for old in [h for h in package.handlers if getattr(h, "train_log", False)]:
-            package.removeHandler(old)
-            old.close()
         handler = logging.FileHandler(self.output / "train.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler.train_log = True
+        release_held(handler)  # what the command logged while it read its data, before this file was open
         package.addHandler(handler)
         package.setLevel(logging.INFO)
+
+
+def close_train_log() -> None:
+    """Detach and close the package's train.log handler, if a run added one."""
+    package = logging.getLogger("retromae_ir")
+    for old in [h for h in package.handlers if getattr(h, "train_log", False)]:
+        package.removeHandler(old)
+        old.close()
 
 
 PLAN_COLUMNS = ("step", "epoch", "lr", "max_steps")  # loss.csv's columns that are not loss terms
@@ -690,5 +700,3 @@ def read_loss_csv(path: Path) -> list[dict]:
     with open(path, newline="") as handle:
         return [{k: int(v) if k in ("step", "max_steps") else float(v) for k, v in row.items() if v != ""}
                 for row in csv.DictReader(handle)]
-
-

@@ -81,6 +81,9 @@ def test_stage1_mine_stage2(tiny_bert_dir, scifact_slice, tmp_path):
     finetune([*stage2, "--max-steps", "3", "--resume"])
     history = (tmp_path / "s2" / "loss.csv").read_text().splitlines()
     assert [line.split(",")[0] for line in history] == ["step", "1", "2", "3"]
+    # each invocation's data line (logged before train.log was open) is in it, the resume's too
+    line = f"{tmp_path / 'neg.jsonl'}: {len(records)} training queries"
+    assert (tmp_path / "s2" / "train.log").read_text().count(line) == 2
     assert json.loads((tmp_path / "s2" / "retromae_ir.json").read_text())["step"] == 3
 
     trained = EncoderModel.from_card(str(tmp_path / "s2" / "card.yaml"), device="cpu")

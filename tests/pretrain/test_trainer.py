@@ -110,6 +110,9 @@ def test_cli_writes_a_loadable_checkpoint_and_curves(tiny_bert_dir, corpus, tmp_
     left = segments % 5
     assert left > 0 and (f"each epoch trains {segments - left} of the {segments} examples, in whole batches of "
                          f"5 x 1 process(es): {left} left out" in (out / "train.log").read_text())
+    # what the command logged reading its data, before train.log was open, is in it (it went to stderr only)
+    assert re.search(rf"{re.escape(str(corpus))}: {segments} segments of at most 32 tokens, tokenised \(no "
+                     r"--tokenized-cache\) in [0-9.]+ s\n(.*\n)*.*training retromae", (out / "train.log").read_text())
     meta = json.loads((out / "retromae_ir.json").read_text())
     assert meta["method"] == "retromae" and meta["step"] == 2
     assert (out / "decoders.safetensors").is_file() and (out / "trainer_state/state.pt").is_file()
