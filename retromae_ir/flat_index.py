@@ -113,9 +113,9 @@ def read_index(path: str | os.PathLike):
         logger.warning("faiss cannot map files here: %s is read into memory", path)
         index = faiss.read_index(str(path))
     index = _refuse_transform(index, path)
-    codes = _codes(index)
-    if codes is not None and codes.size():
-        _advise_normal(int(codes.data()), codes.size())
+    storage = codes_storage(index)
+    if storage is not None and storage.codes.size():
+        _advise_normal(int(storage.codes.data()), storage.codes.size())
     return index
 
 
@@ -135,14 +135,15 @@ def _refuse_transform(index, path):
     return index
 
 
-def _codes(index):
-    """The storage of an IndexFlatCodes (or of an HNSW index's), else None."""
+def codes_storage(index):
+    """The IndexFlatCodes that holds ``index``'s vectors (flat, scalar-quantised, PQ; an HNSW index's storage),
+    else None (IVF lists and others)."""
     import faiss
 
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexHNSW):
         index = faiss.downcast_index(index.storage)
-    return index.codes if isinstance(index, faiss.IndexFlatCodes) else None
+    return index if isinstance(index, faiss.IndexFlatCodes) else None
 
 
 def _advise_normal(address: int, size: int) -> None:

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from retromae_ir.encode.manifest import (MANIFEST, IndexMismatchError, checksums, read_manifest,
                                          write_manifest_fields)
-from retromae_ir.flat_index import FLAT_IP, flat_ip_kind, flat_view, read_index
+from retromae_ir.flat_index import FLAT_IP, codes_storage, flat_ip_kind, flat_view, read_index
 from retromae_ir.io import atomic_dir
 
 logger = logging.getLogger(__name__)
@@ -92,10 +92,7 @@ def reserve_codes(index, rows: int) -> None:
     storage) the capacity of ``rows`` before they are added. ``add`` grows it like a std::vector, by doubling with
     a copy, so a 540,000 x 768 ``SQfp16`` index briefly held 1.52 GiB for its 0.77 (runs/flat-index-mmap/); grown
     once and emptied, the storage keeps its capacity and is never copied. Other indexes (IVF lists) are left."""
-    import faiss
-
-    index = faiss.downcast_index(index)
-    storage = faiss.downcast_index(index.storage) if isinstance(index, faiss.IndexHNSW) else index
-    if isinstance(storage, faiss.IndexFlatCodes) and storage.ntotal == 0:
+    storage = codes_storage(index)
+    if storage is not None and storage.ntotal == 0:
         storage.codes.resize(rows * storage.code_size)
         storage.codes.resize(0)
