@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import json
 import logging
 import shutil
 import sys
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae_ir.evaluate.retrievers import runs_folder_claimed
     from retromae_ir.io import claim_output
     from retromae_ir.logs import FORMAT, log_beside
-    from retromae_ir.search.retriever import EncoderRetriever
+    from retromae_ir.search.retriever import EncoderRetriever, dense_index_name
 
     logging.basicConfig(level=logging.INFO, format=FORMAT)
     card = load_card(args.encoder)
@@ -120,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                                      args.batch_size, args.threads)
             results = nq.evaluate_modes(model, index_dir, args.corpus, questions, modes, output, args.top_k,
                                         args.hits, args.batch_size, args.threads, checked)
-            dense_index = json.loads(checked).get("dense_index", "Flat")  # searched as it is, flat or rebuilt
+            dense_index = dense_index_name(index_dir)  # searched as it is, flat, rebuilt or replaced by hand
             frame = nq.results_frame(results, card.name, dense_index)
             write_table(frame, output / nq.RESULTS_STEM, f"NQ test, top-k retrieval accuracy: {card.name}",
                         [f"{len(questions)} questions from {args.qas}; passages from {args.corpus}; dense index "

@@ -137,12 +137,21 @@ class EncoderRetriever:
 def check_flat(index_dir: Path) -> None:
     """Refuse an index whose dense side is not the flat one merge writes (rebuilt by ``encode dense-index``, or
     replaced by hand): the drivers cache runs under a key that names no faiss index, so its approximate or float16
-    runs would be kept and reported as the flat index's. The file's first bytes say, whatever the manifest says."""
-    kind = flat_ip_kind(index_dir / "dense" / "index")
-    if kind != FLAT_IP:
-        named = read_manifest(index_dir).get("dense_index", f"a faiss index of type {kind!r}")
+    runs would be kept and reported as the flat index's."""
+    named = dense_index_name(index_dir)
+    if named != "Flat":
         raise IndexMismatchError(
             f"{index_dir}'s dense index is {named}, not the flat one these runs are cached for: remove "
             f"{index_dir / MANIFEST} and run again (the index is merged again from the chunks under "
             f"{index_dir / '.work'}, encoded again without them), or search it as it is with "
             f"`python -m retromae_ir.search`")
+
+
+def dense_index_name(index_dir: Path) -> str:
+    """What ``index_dir``'s dense index is: ``Flat`` (merge's), the factory string ``encode dense-index`` recorded,
+    or, for one replaced by hand (the manifest does not know), its faiss type. The file's first bytes decide
+    whether it is flat, whatever the manifest says."""
+    kind = flat_ip_kind(index_dir / "dense" / "index")
+    if kind == FLAT_IP:
+        return "Flat"
+    return read_manifest(index_dir).get("dense_index", f"a faiss index of type {kind!r}")

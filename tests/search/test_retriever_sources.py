@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from retromae_ir.encode.representation import ENCODING_VERSION
-from retromae_ir.search.retriever import EncoderRetriever
+from retromae_ir.search.retriever import EncoderRetriever, dense_index_name
 
 from conftest import CARD, CORPUS
 
@@ -186,6 +186,7 @@ def test_an_index_whose_dense_side_is_not_flat_is_refused_by_the_drivers(tmp_pat
         other.add(flat.reconstruct_n(0, flat.ntotal))
         faiss.write_index(other, str(index / "dense" / "index"))
         named = "a faiss index of type b'IxSQ'"
+    assert dense_index_name(index) == named  # what eval/nq.py's table says (the manifest said nothing by hand)
     with pytest.raises(IndexMismatchError, match=rf"dense index is {re.escape(named)}, not the flat one .*remove "
                                                  r".*manifest.json and run again"):
         retriever.retrieve(CORPUS, "handful", {"q": "a query"})
