@@ -17,7 +17,8 @@ Then, each in a fresh process so that its peak memory is its own (one untimed pa
 
 * ``brute``: Eq. 12 over every document (BruteForceScorer, the reference top-10);
 * ``ours``: ExactHybridSearcher, K' = ``--candidates``, at most K' hits a query (the searcher raises K' to the hits
-  asked for), ``--threads`` threads, batches of 64 pre-encoded queries;
+  asked for), ``--threads`` threads, batches of 64 pre-encoded queries (of up to 4,096 over a flat index larger
+  than the memory there is for it, as ``batch_search`` takes them: each search reads that file whole);
 * ``pyserini``: Pyserini's HybridSearcher.batch_search over the same faiss index and the Lucene impact index, the
   same pre-encoded queries (``k0`` = K', alpha = 1 / scale^2), ``--threads`` threads.
 
@@ -312,6 +313,7 @@ def phase_ours(args, memory: Memory) -> dict:
 
     from retromae_ir.encode.base import Encoded
     from retromae_ir.search import ExactHybridSearcher
+    from retromae_ir.search.exact_hybrid import SCAN_QUERIES
 
     encoded, _ = load_queries(args.work)
     memory.mark("imported")
@@ -325,8 +327,9 @@ def phase_ours(args, memory: Memory) -> dict:
     def search_all() -> list:
         # at most K' hits: the searcher raises K' to the hits asked for, so --hits 1000 would make every K' 1,000
         hits, k = [], min(args.hits, searcher.candidates)
-        for first in range(0, len(encoded), 64):
-            batch = Encoded(encoded.dense[first:first + 64], encoded.sparse[first:first + 64])
+        step = SCAN_QUERIES if searcher.index.scans_file else 64  # batch_search's rule
+        for first in range(0, len(encoded), step):
+            batch = Encoded(encoded.dense[first:first + step], encoded.sparse[first:first + step])
             hits.extend(searcher.search_encoded(batch, k))
         return hits
 
@@ -341,12 +344,13 @@ def phase_ours(args, memory: Memory) -> dict:
         memory.mark(f"searched K'={depth}")
         start = time.perf_counter()
         faiss.omp_set_num_threads(args.threads)
-        searcher.index.faiss_index.search(np.ascontiguousarray(encoded.dense), depth)
+        searcher.index.dense_search(np.ascontiguousarray(encoded.dense), depth)  # faiss's, or the file scan's
         runs[depth] = {"search_s": seconds, "qps": len(encoded) / seconds, "faiss_alone_s": time.perf_counter() - start,
                        "top10": [[d for d, _ in h[:10]] for h in hits], "bytes_read_per_query": read_per_query}
     store = searcher.index.store
     postings = [store.posting_count(encoded.sparse[q].indices) for q in range(len(encoded))]
-    return {"load_s": load_s, "runs": runs, "postings_read_per_query": float(np.mean(postings))}
+    return {"load_s": load_s, "runs": runs, "postings_read_per_query": float(np.mean(postings)),
+            "dense_scan": searcher.index.scans_file}
 
 
 def bytes_read() -> int:

@@ -6,7 +6,8 @@ dimensions, more than a 24 GB machine) and ``read_index`` copies the file into m
 faiss's serialised header followed by the float32 rows, so :class:`FlatIndexFile` writes the header (made by
 faiss itself) and then each chunk of rows as it comes; :func:`read_index` maps the file (faiss's
 ``IO_FLAG_MMAP_IFC``): the vectors stay in the page cache, which the kernel fills and drops as memory allows, and
-search reads them from there.
+search reads them from there. A flat index larger than the memory there is for it is searched by
+:class:`FlatScan` instead, which reads each row once a search.
 """
 from __future__ import annotations
 
@@ -16,14 +17,18 @@ import mmap
 import os
 import struct
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 _CODES_LENGTH = struct.Struct("=Q")  # the codes' length in 4-byte words, just before them (native order, as faiss)
 _MADV_NORMAL = 0
 FLAT_IP = b"IxFI"  # the first four bytes of faiss's file of an IndexFlatIP
+FAISS_BLOCK_ROWS = 1024  # faiss's distance_compute_blas_database_bs: the rows of each of its products
+SCAN_BLOCK_BYTES = 64 << 20
 
 
 class FlatIndexFile:
@@ -176,3 +181,95 @@ class _Buffer:
         self.index = index
         self.__array_interface__ = {"shape": shape, "typestr": "=f4", "version": 3,
                                     "data": (int(index.get_xb()), True)}
+
+
+class FlatScan:
+    """faiss's exact inner-product search of the flat index file at ``path``, reading the rows a block at a time
+    with ``pread`` and each row once a search, for an index larger than the memory there is for it.
+
+    Mapped, such an index is read from disk on every search, and more than once: a scan of 1.659 GB under a
+    1.25 GiB limit read 53 GB, the kernel dropping pages before the scan reached them (runs/flat-index-mmap/). Here
+    the next block is read while faiss scores the current one, and the pages read are dropped from the cache
+    behind (``POSIX_FADV_DONTNEED``), which keeps the cache for the OT store. Each block starts at a multiple of
+    faiss's own 1,024-row blocks, so faiss's products see the same rows and the scores are those of a search of
+    the whole index by as many queries (tied scores may come in another order); a batch of fewer queries than
+    faiss's BLAS path takes is padded to it (:func:`_blas_sized`), and scores as that path rounds."""
+
+    def __init__(self, path: str | os.PathLike, dims: int, rows: int, block_bytes: int = SCAN_BLOCK_BYTES):
+        self.path, self.dims, self.rows = Path(path), dims, rows
+        # kept open: a file renamed over ``path`` later (a merge, dense-index) is not the one the mapping reads
+        self._file = open(self.path, "rb", buffering=0)
+        self.offset = os.fstat(self._file.fileno()).st_size - 4 * dims * rows
+        if self.offset < 0 or os.pread(self._file.fileno(), self.offset, 0) != _header(dims, rows):
+            self._file.close()
+            raise ValueError(f"{self.path} is not faiss's file of a flat inner-product index of {rows} x {dims}")
+        per_block = max(1, block_bytes // (4 * dims * FAISS_BLOCK_ROWS))
+        self.block_rows = per_block * FAISS_BLOCK_ROWS
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) [len(queries), k] as ``IndexFlatIP.search`` gives them (rows past the index: -1)."""
+        import faiss
+
+        queries, count = _blas_sized(np.ascontiguousarray(queries, dtype=np.float32)), len(queries)
+        best = (np.full((count, k), -np.finfo(np.float32).max, np.float32), np.full((count, k), -1, np.int64))
+        buffers = [np.empty((min(self.block_rows, self.rows), self.dims), np.float32) for _ in range(2)]
+        starts = range(0, self.rows, self.block_rows)
+        with ThreadPoolExecutor(1) as reader:
+            pending = reader.submit(self._read, 0, buffers[0])
+            for number, start in enumerate(tqdm(starts, desc="dense scan", unit="block", leave=False)):
+                block = pending.result()
+                if start + self.block_rows < self.rows:
+                    pending = reader.submit(self._read, start + self.block_rows, buffers[(number + 1) % 2])
+                scores, rows = (found[:count] for found in
+                                faiss.knn(queries, block, min(k, len(block)), faiss.METRIC_INNER_PRODUCT))
+                best = _keep_best(*best, scores, np.where(rows >= 0, rows + start, -1), k)
+        return best
+
+    def _read(self, start: int, buffer: np.ndarray) -> np.ndarray:
+        """Rows [start, start + block) into ``buffer``, then their pages dropped from the cache."""
+        descriptor, rows = self._file.fileno(), min(self.block_rows, self.rows - start)
+        view = memoryview(buffer.reshape(-1).view(np.uint8))[:4 * self.dims * rows]
+        position, done = self.offset + 4 * self.dims * start, 0
+        while done < len(view):
+            got = os.preadv(descriptor, [view[done:]], position + done)
+            if got == 0:
+                raise ValueError(f"{self.path} ends at byte {position + done}: shorter than its {self.rows} rows")
+            done += got
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(descriptor, position, done, os.POSIX_FADV_DONTNEED)
+        return buffer[:rows]
+
+
+def _blas_sized(queries: np.ndarray) -> np.ndarray:
+    """``queries`` with rows of zeros added up to the size from which faiss scores them with one BLAS product
+    (``distance_compute_blas_threshold`` floats, 128,000 in faiss 1.15: 167 queries at 768 dimensions); below it
+    faiss scores pair by pair, about 7 times slower here (15 GFLOP/s against 84-117 from 167 queries on, 2 threads,
+    AVX2 EPYC). Left as they are below an eighth of that size, where pair by pair costs less than the padding."""
+    import faiss
+
+    wanted = -(-faiss.cvar.distance_compute_blas_threshold // queries.shape[1])
+    if len(queries) >= wanted or 8 * len(queries) < wanted:
+        return queries
+    return np.concatenate([queries, np.zeros((wanted - len(queries), queries.shape[1]), np.float32)])
+
+
+def _keep_best(scores, rows, more_scores, more_rows, k: int):
+    """The k highest of two (scores, rows) lists per query; rows past the index (-1) last, ties by row."""
+    scores, rows = np.concatenate([scores, more_scores], 1), np.concatenate([rows, more_rows], 1)
+    order = np.lexsort((rows, -scores, rows < 0), axis=-1)[:, :k]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+
+
+def scan_if_too_big(index, path: str | os.PathLike):
+    """A :class:`FlatScan` of ``path`` where ``index`` is flat and its file is larger than the memory there is
+    for it (:func:`retromae_ir.hardware.memory_available`), else None (faiss searches its mapped vectors)."""
+    from retromae_ir.hardware import memory_available
+
+    if flat_view(index) is None:
+        return None
+    size, available = Path(path).stat().st_size, memory_available()
+    if available is None or size <= available:
+        return None
+    logger.info("%s (%.2f GiB) is larger than the memory there is for it (%.2f GiB): searched by reading it a "
+                "block at a time, each row once a search", path, size / (1 << 30), available / (1 << 30))
+    return FlatScan(path, index.d, index.ntotal)

@@ -1,6 +1,7 @@
 """What the machine does fast: bf16 pays off on GPUs that support it and on CPUs with native bf16 dot products
 (AVX512_BF16 or AMX); elsewhere (AVX2-only CPUs) PyTorch emulates it and bf16 runs several times slower. And how
-big the CPU's last-level cache is, which bounds the batch a CPU encodes at full GEMM speed."""
+big the CPU's last-level cache is, which bounds the batch a CPU encodes at full GEMM speed, and how much memory
+there is for an index's pages."""
 from __future__ import annotations
 
 import functools
@@ -13,6 +14,9 @@ NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # RDNA4 (gfx11xx, gfx12xx); not MI50/MI60 (gfx906) or RDNA2 (gfx103x)
 NATIVE_BF16_ROCM_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 CPU_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+MEMINFO = Path("/proc/meminfo")
+OWN_CGROUPS = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -68,3 +72,50 @@ def parse_cache_size(text: str) -> int | None:
     """Bytes of a sysfs cache size (``32768K``, ``1M``, ``512``); None for anything else."""
     number, unit = (text[:-1], text[-1]) if text[-1:] in UNITS else (text, "")
     return int(number) * UNITS.get(unit, 1) if number.isdigit() else None
+
+
+def memory_available() -> int | None:
+    """Bytes this process could fill (page cache included) before the kernel has to drop pages to make room:
+    ``MemAvailable``, or the memory limit of its cgroup or of a cgroup above it where that is lower (cgroup v1 or
+    v2; a limit counts page cache too). None where /proc/meminfo says nothing (not Linux)."""
+    available = None
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if available is None:
+        return None
+    limits = [limit for limit in _cgroup_memory_limits() if limit is not None]
+    return min([available, *limits])
+
+
+def _cgroup_memory_limits():
+    """The memory limit in bytes (None for none) of each cgroup from this process's own up to the root."""
+    try:
+        lines = OWN_CGROUPS.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if number == "0" and controllers == "":
+            folder, name = CGROUP_ROOT, "memory.max"  # v2
+        elif "memory" in controllers.split(","):
+            folder, name = CGROUP_ROOT / "memory", "memory.limit_in_bytes"  # v1
+        else:
+            continue
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts), -1, -1):
+            yield _read_limit(folder.joinpath(*parts[:depth]) / name)
+
+
+def _read_limit(path: Path) -> int | None:
+    """A cgroup memory limit file's bytes: None for 'max', v1's 'no limit' (a page-rounded 2**63), or no file."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit() or int(text) >= 1 << 62:
+        return None
+    return int(text)

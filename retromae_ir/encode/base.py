@@ -39,6 +39,15 @@ class Encoded:
     def __len__(self) -> int:
         return self.dense.shape[0]
 
+    @staticmethod
+    def concat(parts: list[Encoded]) -> Encoded:
+        """The rows of ``parts`` one after another."""
+        if len(parts) == 1:
+            return parts[0]
+        sparse = [part.sparse for part in parts]
+        return Encoded(np.concatenate([part.dense for part in parts]),
+                       None if sparse[0] is None else scipy.sparse.vstack(sparse, format="csr"))
+
 
 def load_projection(checkpoint: str, hidden_size: int, dims: int) -> torch.nn.Linear | None:
     """W_cls from ``projection.safetensors`` (weight [d', d], optional bias) of a local or hub checkpoint; None means

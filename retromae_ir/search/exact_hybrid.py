@@ -29,6 +29,7 @@ from retromae_ir.search.index import MODES, HybridIndex
 # go by docid (brute_force.top_hits); 2: every document tied at a side's K'-th score is a candidate (2026-11-25);
 # 3: K' is at least the hits asked for (a run of 2,000 hits at K' 1,000 was cut to the union of two top 1,000s).
 SEARCH_VERSION = 3
+SCAN_QUERIES = 4096  # queries a search takes at once where each search reads the whole dense index file
 
 
 class ExactHybridSearcher:
@@ -69,13 +70,17 @@ class ExactHybridSearcher:
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, batch_size: int = 64):
         """``{qid: [(docid, score), ...]}``, ``k`` hits per query, queries encoded ``batch_size`` at a time (a
-        progress bar by queries: a dev set of thousands is minutes on a CPU)."""
+        progress bar by queries: a dev set of thousands is minutes on a CPU). Over a flat index too large for
+        memory, whose every search reads the whole file (``HybridIndex.scans_file``), up to ``SCAN_QUERIES``
+        queries are searched at once: MS MARCO's 6,980 dev queries are two reads of the file, not 110."""
         run = {}
+        step = max(batch_size, SCAN_QUERIES) if self.index.scans_file else batch_size
         with tqdm(total=len(queries), desc=f"search {self.mode}", unit="query") as progress:
-            for start in range(0, len(queries), batch_size):
-                batch = queries[start:start + batch_size]
-                encoded = self.model.encode_query(batch, batch_size)
-                for qid, hits in zip(qids[start:start + batch_size], self.search_encoded(encoded, k)):
+            for start in range(0, len(queries), step):
+                batch = queries[start:start + step]
+                encoded = Encoded.concat([self.model.encode_query(batch[at:at + batch_size], batch_size)
+                                          for at in range(0, len(batch), batch_size)])
+                for qid, hits in zip(qids[start:start + step], self.search_encoded(encoded, k)):
                     run[qid] = dict(hits)
                 progress.update(len(batch))
         return run
@@ -109,18 +114,19 @@ class ExactHybridSearcher:
             return list(pool.map(one, range(len(encoded))))
 
     def _dense_top(self, queries: np.ndarray, k: int):
-        """(scores, rows) of each query's top ``k`` from faiss, and every row tied with the k-th score: faiss
-        breaks ties by row, so a query whose k-th score continues past k is searched again, twice as deep, until
-        the tie ends (the cut is then made by docid, as everywhere else). Rows faiss pads with -1 are left out."""
+        """(scores, rows) of each query's top ``k`` (``HybridIndex.dense_search``), and every row tied with the k-th
+        score: faiss breaks ties by row, so a query whose k-th score continues past k is searched again, twice as
+        deep, until the tie ends (the cut is then made by docid, as everywhere else). Rows faiss pads with -1 are
+        left out."""
         rows = self.index.faiss_index.ntotal
         k = min(k, rows)
         width = max(1, min(k + 1, rows))
-        all_scores, all_ids = self.index.faiss_index.search(queries, width)
+        all_scores, all_ids = self.index.dense_search(queries, width)
         for query, scores, ids in zip(queries, all_scores, all_ids):
             deep = width
             while k > 0 and deep < rows and ids[-1] >= 0 and scores[-1] == scores[k - 1]:
                 deep = min(2 * deep, rows)
-                scores, ids = (found[0] for found in self.index.faiss_index.search(query[None], deep))
+                scores, ids = (found[0] for found in self.index.dense_search(query[None], deep))
             yield scores[ids >= 0], ids[ids >= 0]
 
     def _search_one(self, dense_query, terms, values, dense_ids, k: int, depth: int):

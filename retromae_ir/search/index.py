@@ -3,7 +3,8 @@ turns a wrong combination into an error instead of a silently wrong ranking.
 
 What stays in memory is the docids in one bytes block with their offsets (16 bytes a document plus the file's
 size) and the faiss index's structure; its vectors are memory-mapped (``flat_index.read_index``: the page cache
-holds them as memory allows, and the dense vectors are read through a view of them, never copied), and the OT
+holds them as memory allows, and the dense vectors are read through a view of them, never copied; a flat index
+larger than that memory is searched a block at a time, ``flat_index.FlatScan``), and the OT
 weights stay on disk in the store (``retromae_ir.search.ot_store``). An index written before the store existed
 (``sparse/vectors.npz``, float32) is still read: its vectors are rounded to float16 into an in-memory store, so
 it scores exactly as the same index written today, but it needs them all in memory (a warning says to encode it
@@ -22,7 +23,7 @@ import numpy as np
 from retromae_ir.data.docids import DocidTable
 from retromae_ir.encode.cards import EncoderCard, load_card
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, check_card, manifest_text
-from retromae_ir.flat_index import flat_view, read_index
+from retromae_ir.flat_index import flat_view, read_index, scan_if_too_big
 from retromae_ir.io import check_unchanged
 from retromae_ir.search.ot_store import STORE, VERSION, OTStore, StoreFormatError
 
@@ -85,6 +86,7 @@ class HybridIndex:
         if len(self.docids) != self.faiss_index.ntotal:
             raise IndexMismatchError(f"{dense_dir}: {len(self.docids)} docids for {self.faiss_index.ntotal} vectors")
         self._flat = flat_view(self.faiss_index)
+        self._scan = scan_if_too_big(self.faiss_index, dense_dir / "index")
         ivf = faiss.try_extract_index_ivf(self.faiss_index)
         if ivf is not None:
             ivf.make_direct_map()  # reconstruct_batch of an IVF index needs it
@@ -134,6 +136,16 @@ class HybridIndex:
         if self._flat is not None:
             return self._flat
         return self.faiss_index.reconstruct_n(0, self.faiss_index.ntotal)
+
+    @property
+    def scans_file(self) -> bool:
+        """Whether each dense search reads the whole index file (a flat index larger than its memory)."""
+        return self._scan is not None
+
+    def dense_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """faiss's (scores, rows) of each query's top ``k``: from its mapped vectors, or for a flat index larger
+        than the memory there is for it, from a scan of the file (the same scores)."""
+        return (self._scan or self.faiss_index).search(queries, k)
 
     def dense_vectors(self, rows: np.ndarray) -> np.ndarray:
         """The dense vectors of ``rows`` [len(rows), d'] (reconstructed by faiss for a non-flat index)."""

@@ -118,3 +118,150 @@ def test_the_searcher_reads_the_dense_vectors_from_the_mapped_index_file(handful
     index = HybridIndex(handful[1], handful[0])
     assert _mapped_files(index.dense.__array_interface__["data"][0]) == [str(handful[1] / "dense" / "index")]
     assert index.dense.shape == (index.faiss_index.ntotal, index.faiss_index.d)
+
+
+def _flat_file(path, vectors):
+    with FlatIndexFile(path, vectors.shape[1], len(vectors)) as index:
+        index.add(vectors)
+    return read_index(path)
+
+
+def _by_score_then_row(scores, rows):
+    order = np.lexsort((rows, -scores), axis=-1)
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+
+
+@pytest.mark.parametrize("dims, queries", [(24, 5), (24, 64), (768, 5), (768, 64)])
+@pytest.mark.parametrize("k", [1, 50, 2100])  # 2,100: more than a block, and more than the 2,500 rows less a block
+def test_a_scan_a_block_at_a_time_finds_what_faiss_finds_with_the_same_scores(tmp_path, dims, queries, k):
+    """Blocks of 1,024 rows (the smallest) over 2,500 rows, the last block short: the same scores as faiss's search
+    of the whole index by the same (padded) queries, bit for bit, and the same rows, up to the order of tied
+    scores; k past the rows pads as faiss does. Duplicated rows make ties across blocks."""
+    from retromae_ir.flat_index import FlatScan, _blas_sized
+
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((2500, dims)).astype(np.float32)
+    vectors[2400:2410] = vectors[10:20]  # the same scores in the first and the last block
+    index = _flat_file(tmp_path / "index", vectors)
+    scan = FlatScan(tmp_path / "index", dims, 2500, block_bytes=1)
+    assert scan.block_rows == 1024
+    probe = rng.standard_normal((queries, dims)).astype(np.float32)
+    probe[0] = vectors[15]
+    found = scan.search(probe, k)
+    expected = tuple(part[:queries] for part in index.search(_blas_sized(probe), k))
+    assert found[0].shape == expected[0].shape == (queries, k)
+    for mine, theirs in zip(_by_score_then_row(*found), _by_score_then_row(*expected)):
+        np.testing.assert_array_equal(mine, theirs)
+    assert set(found[1][0][:2].tolist()) == ({15} if k == 1 else {15, 2405})  # a tie: the lower row at the cut
+    unpadded = index.search(probe, k)  # faiss pair by pair where the queries are few: the same rows, rounded otherwise
+    np.testing.assert_array_equal(np.sort(found[1][:, :min(k, 20)], 1), np.sort(unpadded[1][:, :min(k, 20)], 1))
+    np.testing.assert_allclose(found[0], unpadded[0], rtol=1e-5, atol=1e-4)
+
+
+def test_queries_are_padded_to_faiss_s_blas_size_between_an_eighth_of_it_and_it():
+    """faiss takes its BLAS path from 128,000 query floats (167 queries at 768-d); a scan pads 21 to 166 of them."""
+    import faiss
+
+    from retromae_ir.flat_index import _blas_sized
+
+    assert faiss.cvar.distance_compute_blas_threshold == 128000  # the figures below are this faiss's
+    for count, padded in [(1, 1), (20, 20), (21, 167), (64, 167), (166, 167), (167, 167), (500, 500)]:
+        queries = np.ones((count, 768), np.float32)
+        out = _blas_sized(queries)
+        assert out.shape == (padded, 768)
+        assert (out[:count] == 1).all() and (out[count:] == 0).all()
+
+
+def test_a_scan_reads_each_block_once(tmp_path, monkeypatch):
+    from retromae_ir.flat_index import FlatScan
+
+    vectors = np.random.default_rng(6).standard_normal((4096, 64)).astype(np.float32)
+    _flat_file(tmp_path / "index", vectors)
+    scan = FlatScan(tmp_path / "index", 64, 4096, block_bytes=1)
+    reads, read = [], FlatScan._read
+
+    def counted(self, start, buffer):
+        reads.append(start)
+        return read(self, start, buffer)
+
+    monkeypatch.setattr(FlatScan, "_read", counted)
+    assert scan.search(vectors[:3], 1)[1][:, 0].tolist() == [0, 1, 2]
+    assert reads == [0, 1024, 2048, 3072]
+
+
+def test_a_scan_refuses_a_file_that_is_not_the_flat_index_it_is_told(tmp_path):
+    from retromae_ir.flat_index import FlatScan
+
+    vectors = np.random.default_rng(7).standard_normal((100, 8)).astype(np.float32)
+    _flat_file(tmp_path / "index", vectors)
+    with pytest.raises(ValueError, match="not faiss's file of a flat inner-product index of 50 x 16"):
+        FlatScan(tmp_path / "index", 16, 50)
+    scan = FlatScan(tmp_path / "index", 8, 100)
+    with open(tmp_path / "index", "r+b") as handle:  # cut short after it was opened
+        handle.truncate(handle.seek(0, 2) - 8)
+    with pytest.raises(ValueError, match="shorter than its 100 rows"):
+        scan.search(vectors[:2], 5)
+
+
+def test_a_scan_reads_the_file_it_opened_not_one_renamed_over_it(tmp_path):
+    """As the mapped index does: a merge or dense-index renaming a new file over the path meanwhile changes
+    neither (a scan reading the new file beside the old mapping would mix two indexes, exit 0)."""
+    from retromae_ir.flat_index import FlatScan
+
+    rng = np.random.default_rng(8)
+    old, new = (rng.standard_normal((50, 8)).astype(np.float32) for _ in range(2))
+    _flat_file(tmp_path / "index", old)
+    scan = FlatScan(tmp_path / "index", 8, 50)
+    _flat_file(tmp_path / "new", new)
+    (tmp_path / "new").replace(tmp_path / "index")
+    scores, rows = scan.search(new[:3], 5)
+    np.testing.assert_array_equal(rows, np.argsort(-(new[:3] @ old.T), axis=1)[:, :5])
+    np.testing.assert_allclose(scores, -np.sort(-(new[:3] @ old.T), axis=1)[:, :5], rtol=1e-6)
+
+
+def test_the_searcher_scans_a_flat_index_larger_than_its_memory(handful, monkeypatch, caplog):
+    """With less memory than the index file, ``HybridIndex`` searches by FlatScan, and the exact hybrid searcher
+    returns the same hits, scores and all, in every mode."""
+    import logging
+
+    from retromae_ir.encode import EncoderModel
+    from retromae_ir.encode.manifest import read_manifest
+    from retromae_ir.flat_index import FlatScan
+    from retromae_ir.search import ExactHybridSearcher
+
+    bf16 = read_manifest(handful[1])["precision"] == "bf16"  # queries in the index's precision
+    model = EncoderModel.from_card(handful[0], device="cpu", bf16=bf16)
+    texts = [line.split("\t")[1] for line in handful[3].read_text().splitlines()]
+    queries = model.encode_query(texts)
+    size = (handful[1] / "dense" / "index").stat().st_size
+    monkeypatch.setattr("retromae_ir.hardware.memory_available", lambda: size)
+    for mode in ("hybrid", "dense"):
+        mapped = ExactHybridSearcher(handful[1], model, mode=mode, candidates=3)
+        assert mapped.index._scan is None
+        monkeypatch.setattr("retromae_ir.hardware.memory_available", lambda: size - 1)
+        with caplog.at_level(logging.INFO, logger="retromae_ir.flat_index"):
+            scanned = ExactHybridSearcher(handful[1], model, mode=mode, candidates=3)
+        assert isinstance(scanned.index._scan, FlatScan)
+        assert "larger than the memory there is for it" in caplog.text
+        assert scanned.search_encoded(queries, 6) == mapped.search_encoded(queries, 6)
+        monkeypatch.setattr("retromae_ir.hardware.memory_available", lambda: size)
+
+
+def test_over_a_scanned_index_batch_search_reads_the_file_once_for_many_queries(handful, monkeypatch):
+    """Queries are encoded ``batch_size`` at a time as always, but searched together (one scan for the six here,
+    not three), and the run is the one the mapped index gives, scores and all (the six encoded in one batch score
+    differently in the last digits: a batch's composition moves the vectors by rounding)."""
+    from retromae_ir.encode import EncoderModel
+    from retromae_ir.encode.manifest import read_manifest
+    from retromae_ir.search import ExactHybridSearcher
+
+    model = EncoderModel.from_card(handful[0], device="cpu", bf16=read_manifest(handful[1])["precision"] == "bf16")
+    qids, texts = zip(*(line.split("\t")[:2] for line in handful[3].read_text().splitlines()))
+    mapped = ExactHybridSearcher(handful[1], model, candidates=3).batch_search(list(texts), list(qids), 6, 2)
+    monkeypatch.setattr("retromae_ir.hardware.memory_available", lambda: 0)
+    searcher = ExactHybridSearcher(handful[1], model, candidates=3)
+    scans, search = [], searcher.index._scan.search
+    monkeypatch.setattr(searcher.index._scan, "search", lambda queries, k: scans.append(len(queries)) or
+                        search(queries, k))
+    assert searcher.batch_search(list(texts), list(qids), 6, 2) == mapped
+    assert scans == [6]
