@@ -211,7 +211,7 @@ class FlatScan:
         import faiss
 
         queries, count = _blas_sized(np.ascontiguousarray(queries, dtype=np.float32)), len(queries)
-        best = (np.full((count, k), -np.finfo(np.float32).max, np.float32), np.full((count, k), -1, np.int64))
+        best = faiss.ResultHeap(count, k, keep_max=True)  # faiss's own heaps, as its search merges its blocks
         buffers = [np.empty((min(self.block_rows, self.rows), self.dims), np.float32) for _ in range(2)]
         starts = range(0, self.rows, self.block_rows)
         with ThreadPoolExecutor(1) as reader:
@@ -222,8 +222,9 @@ class FlatScan:
                     pending = reader.submit(self._read, start + self.block_rows, buffers[(number + 1) % 2])
                 scores, rows = (found[:count] for found in
                                 faiss.knn(queries, block, min(k, len(block)), faiss.METRIC_INNER_PRODUCT))
-                best = _keep_best(*best, scores, np.where(rows >= 0, rows + start, -1), k)
-        return best
+                best.add_result(scores, np.where(rows >= 0, rows + start, -1))
+        best.finalize()
+        return best.D, best.I
 
     def _read(self, start: int, buffer: np.ndarray) -> np.ndarray:
         """Rows [start, start + block) into ``buffer``, then their pages dropped from the cache."""
@@ -251,13 +252,6 @@ def _blas_sized(queries: np.ndarray) -> np.ndarray:
     if len(queries) >= wanted or 8 * len(queries) < wanted:
         return queries
     return np.concatenate([queries, np.zeros((wanted - len(queries), queries.shape[1]), np.float32)])
-
-
-def _keep_best(scores, rows, more_scores, more_rows, k: int):
-    """The k highest of two (scores, rows) lists per query; rows past the index (-1) last, ties by row."""
-    scores, rows = np.concatenate([scores, more_scores], 1), np.concatenate([rows, more_rows], 1)
-    order = np.lexsort((rows, -scores, rows < 0), axis=-1)[:, :k]
-    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
 
 
 def scan_if_too_big(index, path: str | os.PathLike):
