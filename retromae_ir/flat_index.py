@@ -244,8 +244,9 @@ class FlatScan:
 def _blas_sized(queries: np.ndarray) -> np.ndarray:
     """``queries`` with rows of zeros added up to the size from which faiss scores them with one BLAS product
     (``distance_compute_blas_threshold`` floats, 128,000 in faiss 1.15: 167 queries at 768 dimensions); below it
-    faiss scores pair by pair, about 7 times slower here (15 GFLOP/s against 84-117 from 167 queries on, 2 threads,
-    AVX2 EPYC). Left as they are below an eighth of that size, where pair by pair costs less than the padding."""
+    faiss scores pair by pair, 14-18 GFLOP/s against 116-162 from 167 queries on (2 threads, AVX2 EPYC:
+    runs/flat-index-mmap/knn_paths.txt). Left as they are below an eighth of that size, where pair by pair costs
+    less than the padding (16 queries 0.031 s a block, padded 0.037 s; 21 queries 0.047 s)."""
     import faiss
 
     wanted = -(-faiss.cvar.distance_compute_blas_threshold // queries.shape[1])
