@@ -193,7 +193,7 @@ class FlatScan:
     behind (``POSIX_FADV_DONTNEED``), which keeps the cache for the OT store. Each block starts at a multiple of
     faiss's own 1,024-row blocks, so faiss's products see the same rows and the scores are those of a search of
     the whole index by as many queries (tied scores may come in another order); a batch of fewer queries than
-    faiss's BLAS path takes is padded to it (:func:`_blas_sized`), and scores as that path rounds."""
+    faiss's BLAS path takes is padded to it (:func:`blas_sized`), and scores as that path rounds."""
 
     def __init__(self, path: str | os.PathLike, dims: int, rows: int, block_bytes: int = SCAN_BLOCK_BYTES):
         self.path, self.dims, self.rows = Path(path), dims, rows
@@ -210,7 +210,7 @@ class FlatScan:
         """(scores, rows) [len(queries), k] as ``IndexFlatIP.search`` gives them (rows past the index: -1)."""
         import faiss
 
-        queries, count = _blas_sized(np.ascontiguousarray(queries, dtype=np.float32)), len(queries)
+        queries, count = blas_sized(np.ascontiguousarray(queries, dtype=np.float32)), len(queries)
         best = faiss.ResultHeap(count, k, keep_max=True)  # faiss's own heaps, as its search merges its blocks
         buffers = [np.empty((min(self.block_rows, self.rows), self.dims), np.float32) for _ in range(2)]
         starts = range(0, self.rows, self.block_rows)
@@ -241,7 +241,7 @@ class FlatScan:
         return buffer[:rows]
 
 
-def _blas_sized(queries: np.ndarray) -> np.ndarray:
+def blas_sized(queries: np.ndarray) -> np.ndarray:
     """``queries`` with rows of zeros added up to the size from which faiss scores them with one BLAS product
     (``distance_compute_blas_threshold`` floats, 128,000 in faiss 1.15: 167 queries at 768 dimensions); below it
     faiss scores pair by pair, 14-18 GFLOP/s against 116-162 from 167 queries on (2 threads, AVX2 EPYC:

@@ -27,8 +27,9 @@ from retromae_ir.search.index import MODES, HybridIndex
 # Bumped in the commit that changes what a search returns for the same index and queries, so cached runs
 # (``EncoderRetriever.run_key``) and a chain's recorded metrics made before are made again. 1: ties at every cut
 # go by docid (brute_force.top_hits); 2: every document tied at a side's K'-th score is a candidate (2026-11-25);
-# 3: K' is at least the hits asked for (a run of 2,000 hits at K' 1,000 was cut to the union of two top 1,000s).
-SEARCH_VERSION = 3
+# 3: K' is at least the hits asked for (a run of 2,000 hits at K' 1,000 was cut to the union of two top 1,000s);
+# 4: a flat index's batch of queries is padded to faiss's BLAS size, whose rounding differs (2026-11-28).
+SEARCH_VERSION = 4
 SCAN_QUERIES = 4096  # queries a search takes at once where each search reads the whole dense index file
 
 

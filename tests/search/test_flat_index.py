@@ -137,7 +137,7 @@ def test_a_scan_a_block_at_a_time_finds_what_faiss_finds_with_the_same_scores(tm
     """Blocks of 1,024 rows (the smallest) over 2,500 rows, the last block short: the same scores as faiss's search
     of the whole index by the same (padded) queries, bit for bit, and the same rows, up to the order of tied
     scores; k past the rows pads as faiss does. Duplicated rows make ties across blocks."""
-    from retromae_ir.flat_index import FlatScan, _blas_sized
+    from retromae_ir.flat_index import FlatScan, blas_sized
 
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((2500, dims)).astype(np.float32)
@@ -148,7 +148,7 @@ def test_a_scan_a_block_at_a_time_finds_what_faiss_finds_with_the_same_scores(tm
     probe = rng.standard_normal((queries, dims)).astype(np.float32)
     probe[0] = vectors[15]
     found = scan.search(probe, k)
-    expected = tuple(part[:queries] for part in index.search(_blas_sized(probe), k))
+    expected = tuple(part[:queries] for part in index.search(blas_sized(probe), k))
     assert found[0].shape == expected[0].shape == (queries, k)
     for mine, theirs in zip(_by_score_then_row(*found), _by_score_then_row(*expected)):
         np.testing.assert_array_equal(mine, theirs)
@@ -162,12 +162,12 @@ def test_queries_are_padded_to_faiss_s_blas_size_between_an_eighth_of_it_and_it(
     """faiss takes its BLAS path from 128,000 query floats (167 queries at 768-d); a scan pads 21 to 166 of them."""
     import faiss
 
-    from retromae_ir.flat_index import _blas_sized
+    from retromae_ir.flat_index import blas_sized
 
     assert faiss.cvar.distance_compute_blas_threshold == 128000  # the figures below are this faiss's
     for count, padded in [(1, 1), (20, 20), (21, 167), (64, 167), (166, 167), (167, 167), (500, 500)]:
         queries = np.ones((count, 768), np.float32)
-        out = _blas_sized(queries)
+        out = blas_sized(queries)
         assert out.shape == (padded, 768)
         assert (out[:count] == 1).all() and (out[count:] == 0).all()
 
@@ -265,3 +265,25 @@ def test_over_a_scanned_index_batch_search_reads_the_file_once_for_many_queries(
                         search(queries, k))
     assert searcher.batch_search(list(texts), list(qids), 6, 2) == mapped
     assert scans == [6]
+
+
+def test_a_flat_index_s_batch_is_searched_at_faiss_s_blas_size_mapped_or_scanned(handful, monkeypatch):
+    """64 queries at 384-d are padded to 334, the size faiss scores with BLAS: the scores are those of the padded
+    search, bit for bit, whether the index is mapped or scanned."""
+    from retromae_ir.flat_index import blas_sized
+    from retromae_ir.search import HybridIndex
+
+    queries = np.random.default_rng(9).standard_normal((64, 384)).astype(np.float32)
+    mapped = HybridIndex(handful[1], handful[0])
+    expected = tuple(part[:64] for part in mapped.faiss_index.search(blas_sized(queries), 4))
+    assert blas_sized(queries).shape == (334, 384)
+    found = mapped.dense_search(queries, 4)
+    monkeypatch.setattr("retromae_ir.hardware.memory_available", lambda: 0)
+    scanned = HybridIndex(handful[1], handful[0])
+    assert scanned.scans_file and not mapped.scans_file
+    for result in (found, scanned.dense_search(queries, 4)):
+        for mine, theirs in zip(result, expected):
+            np.testing.assert_array_equal(mine, theirs)
+    unpadded = mapped.faiss_index.search(queries, 4)[0]
+    assert not np.array_equal(found[0], unpadded)  # the pair-by-pair route rounds otherwise: the padding is used
+    np.testing.assert_allclose(found[0], unpadded, rtol=1e-5, atol=1e-5)
