@@ -199,8 +199,8 @@ class FlatScan:
         self.path, self.dims, self.rows = Path(path), dims, rows
         # kept open: a file renamed over ``path`` later (a merge, dense-index) is not the one the mapping reads
         self._file = open(self.path, "rb", buffering=0)
-        self.offset = os.fstat(self._file.fileno()).st_size - 4 * dims * rows
-        if self.offset < 0 or os.pread(self._file.fileno(), self.offset, 0) != _header(dims, rows):
+        self.offset, header = os.fstat(self._file.fileno()).st_size - 4 * dims * rows, _header(dims, rows)
+        if self.offset != len(header) or os.pread(self._file.fileno(), self.offset, 0) != header:
             self._file.close()
             raise ValueError(f"{self.path} is not faiss's file of a flat inner-product index of {rows} x {dims}")
         per_block = max(1, block_bytes // (4 * dims * FAISS_BLOCK_ROWS))

@@ -76,8 +76,9 @@ def parse_cache_size(text: str) -> int | None:
 
 def memory_available() -> int | None:
     """Bytes this process could fill (page cache included) before the kernel has to drop pages to make room:
-    ``MemAvailable``, or the memory limit of its cgroup or of a cgroup above it where that is lower (cgroup v1 or
-    v2; a limit counts page cache too). None where /proc/meminfo says nothing (not Linux)."""
+    ``MemAvailable``, or less where a cgroup of this process (its own or one above it; v1 or v2, whose limits count
+    page cache too) has a memory limit: that limit less what its processes hold outside the page cache. None where
+    /proc/meminfo says nothing (not Linux)."""
     available = None
     try:
         for line in MEMINFO.read_text().splitlines():
@@ -87,27 +88,29 @@ def memory_available() -> int | None:
         return None
     if available is None:
         return None
-    limits = [limit for limit in _cgroup_memory_limits() if limit is not None]
-    return min([available, *limits])
+    return min([available, *_cgroup_rooms()])
 
 
-def _cgroup_memory_limits():
-    """The memory limit in bytes (None for none) of each cgroup from this process's own up to the root."""
+def _cgroup_rooms():
+    """For each cgroup from this process's own up to the root with a memory limit (v2: the lower of memory.max
+    and memory.high): the limit less the memory held there outside the page cache."""
     try:
         lines = OWN_CGROUPS.read_text().splitlines()
     except OSError:
         return
     for line in lines:
         number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if number == "0" and controllers == "":
-            folder, name = CGROUP_ROOT, "memory.max"  # v2
-        elif "memory" in controllers.split(","):
-            folder, name = CGROUP_ROOT / "memory", "memory.limit_in_bytes"  # v1
-        else:
+        v2 = number == "0" and controllers == ""
+        if not v2 and "memory" not in controllers.split(","):
             continue
+        root = CGROUP_ROOT if v2 else CGROUP_ROOT / "memory"
         parts = [part for part in path.split("/") if part]
         for depth in range(len(parts), -1, -1):
-            yield _read_limit(folder.joinpath(*parts[:depth]) / name)
+            folder = root.joinpath(*parts[:depth])
+            names = ("memory.max", "memory.high") if v2 else ("memory.limit_in_bytes",)
+            limits = [limit for limit in (_read_limit(folder / name) for name in names) if limit is not None]
+            if limits:
+                yield max(0, min(limits) - _held_outside_cache(folder, v2))
 
 
 def _read_limit(path: Path) -> int | None:
@@ -119,3 +122,15 @@ def _read_limit(path: Path) -> int | None:
     if not text.isdigit() or int(text) >= 1 << 62:
         return None
     return int(text)
+
+
+def _held_outside_cache(folder: Path, v2: bool) -> int:
+    """A cgroup's memory use less its page cache (memory.current or memory.usage_in_bytes, less memory.stat's
+    ``file``, or v1's ``total_cache``); 0 where the files cannot be read."""
+    try:
+        usage = int((folder / ("memory.current" if v2 else "memory.usage_in_bytes")).read_text())
+        stat = dict(line.split()[:2] for line in (folder / "memory.stat").read_text().splitlines() if line.strip())
+        cache = int(stat["file"] if v2 else stat.get("total_cache", stat["cache"]))
+    except (OSError, ValueError, KeyError):
+        return 0
+    return max(0, usage - cache)

@@ -27,9 +27,10 @@ from retromae_ir.search.index import MODES, HybridIndex
 # Bumped in the commit that changes what a search returns for the same index and queries, so cached runs
 # (``EncoderRetriever.run_key``) and a chain's recorded metrics made before are made again. 1: ties at every cut
 # go by docid (brute_force.top_hits); 2: every document tied at a side's K'-th score is a candidate (2026-11-25);
-# 3: K' is at least the hits asked for (a run of 2,000 hits at K' 1,000 was cut to the union of two top 1,000s);
-# 4: a flat index's batch of queries is padded to faiss's BLAS size, whose rounding differs (2026-11-28).
-SEARCH_VERSION = 4
+# 3: K' is at least the hits asked for (a run of 2,000 hits at K' 1,000 was cut to the union of two top 1,000s).
+# (4, 7953492 to the commit after it, padded a flat index's batch to faiss's BLAS size: withdrawn, BLAS can score two
+# copies of a document apart; the searches of 3 came back, so their cached runs stand again.)
+SEARCH_VERSION = 3
 SCAN_QUERIES = 4096  # queries a search takes at once where each search reads the whole dense index file
 
 
@@ -114,21 +115,25 @@ class ExactHybridSearcher:
         with ThreadPoolExecutor(min(self.threads, len(encoded))) as pool:
             return list(pool.map(one, range(len(encoded))))
 
-    def _dense_top(self, queries: np.ndarray, k: int):
+    def _dense_top(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(scores, rows) of each query's top ``k`` (``HybridIndex.dense_search``), and every row tied with the k-th
         score: faiss breaks ties by row, so a query whose k-th score continues past k is searched again, twice as
-        deep, until the tie ends (the cut is then made by docid, as everywhere else). Rows faiss pads with -1 are
+        deep, until the tie ends (the cut is then made by docid, as everywhere else); over a scanned index, where
+        each search reads the whole file, the tied queries are searched again together. Rows faiss pads with -1 are
         left out."""
         rows = self.index.faiss_index.ntotal
         k = min(k, rows)
         width = max(1, min(k + 1, rows))
-        all_scores, all_ids = self.index.dense_search(queries, width)
-        for query, scores, ids in zip(queries, all_scores, all_ids):
+        found = list(zip(*self.index.dense_search(queries, width)))
+        tied = [q for q, (scores, ids) in enumerate(found) if _tied_past(scores, ids, k, width, rows)]
+        for group in [tied] if self.index.scans_file and tied else [[q] for q in tied]:
             deep = width
-            while k > 0 and deep < rows and ids[-1] >= 0 and scores[-1] == scores[k - 1]:
+            while group:
                 deep = min(2 * deep, rows)
-                scores, ids = (found[0] for found in self.index.dense_search(query[None], deep))
-            yield scores[ids >= 0], ids[ids >= 0]
+                for q, scores, ids in zip(group, *self.index.dense_search(queries[group], deep)):
+                    found[q] = (scores, ids)
+                group = [q for q in group if _tied_past(*found[q], k, deep, rows)]
+        return [(scores[ids >= 0], ids[ids >= 0]) for scores, ids in found]
 
     def _search_one(self, dense_query, terms, values, dense_ids, k: int, depth: int):
         scores = self._accumulator()
@@ -154,3 +159,8 @@ class ExactHybridSearcher:
             return np.zeros(len(self.index), np.float32)
         scores.fill(0)
         return scores
+
+
+def _tied_past(scores: np.ndarray, ids: np.ndarray, k: int, depth: int, rows: int) -> bool:
+    """Whether a top-``depth`` list's k-th score continues to its last row, with rows left beyond it."""
+    return k > 0 and depth < rows and ids[-1] >= 0 and scores[-1] == scores[k - 1]

@@ -52,24 +52,33 @@ def test_an_amd_gpu_is_bf16_by_its_architecture_not_its_capability(monkeypatch):
     assert [hardware.bf16_is_fast(f"cuda:{i}") for i in range(5)] == [False, True, False, True, True]
 
 
-def test_memory_available_is_meminfo_capped_by_the_lowest_cgroup_limit_above(tmp_path, monkeypatch):
-    """v1 and v2 limits of the process's cgroup and of those above it; 'max' and v1's page-rounded 2**63 are none."""
+def test_memory_available_is_meminfo_capped_by_the_lowest_cgroup_room_above(tmp_path, monkeypatch):
+    """v1 and v2 limits of the process's cgroup and of those above it, less what each holds outside the page
+    cache; 'max' and v1's page-rounded 2**63 are none; v2's memory.high counts where lower than memory.max."""
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
     monkeypatch.setattr(hardware, "MEMINFO", meminfo)
     monkeypatch.setattr(hardware, "CGROUP_ROOT", tmp_path / "cg")
     own = tmp_path / "cgroup"
     monkeypatch.setattr(hardware, "OWN_CGROUPS", own)
-    own.write_text("4:memory:/a/b\n1:cpu:/a\n0::/x\n")
+    own.write_text("4:memory:/a/b:c\n1:cpu:/a\n0::/x/y\n")
     assert hardware.memory_available() == 20000000 * 1024  # no limit files at all
-    (tmp_path / "cg/memory/a/b").mkdir(parents=True)
-    (tmp_path / "cg/memory/a/b/memory.limit_in_bytes").write_text("9223372036854771712\n")
-    (tmp_path / "cg/memory/a/memory.limit_in_bytes").write_text(f"{3 << 30}\n")
-    (tmp_path / "cg/x").mkdir(parents=True)
-    (tmp_path / "cg/x/memory.max").write_text("max\n")
-    assert hardware.memory_available() == 3 << 30
-    (tmp_path / "cg/x/memory.max").write_text(f"{1 << 30}\n")
-    assert hardware.memory_available() == 1 << 30
+    v1 = tmp_path / "cg/memory/a/b:c"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (v1.parent / "memory.limit_in_bytes").write_text(f"{3 << 30}\n")
+    assert hardware.memory_available() == 3 << 30  # usage unknown: the limit
+    (v1.parent / "memory.usage_in_bytes").write_text(f"{2 << 30}\n")
+    (v1.parent / "memory.stat").write_text(f"cache {1 << 30}\nrss {1 << 30}\ntotal_cache {(1 << 30) + (1 << 29)}\n")
+    assert hardware.memory_available() == (3 << 30) - (1 << 29)  # 2 GiB used, 1.5 GiB of it cache
+    v2 = tmp_path / "cg/x"
+    (v2 / "y").mkdir(parents=True)
+    (v2 / "y/memory.max").write_text("max\n")
+    (v2 / "memory.max").write_text(f"{2 << 30}\n")
+    (v2 / "memory.high").write_text(f"{1 << 30}\n")
+    (v2 / "memory.current").write_text(f"{1 << 29}\n")
+    (v2 / "memory.stat").write_text(f"anon {1 << 28}\nfile {1 << 28}\n")
+    assert hardware.memory_available() == (1 << 30) - (1 << 28)
     meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   1000 kB\n")
     assert hardware.memory_available() == 1000 * 1024
     monkeypatch.setattr(hardware, "MEMINFO", tmp_path / "absent")
