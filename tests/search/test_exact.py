@@ -179,9 +179,13 @@ def test_documents_tied_at_the_candidate_cut_are_all_nominated(tmp_path):
 
     class Index:
         docids, store, faiss_index = ["a", "b", "c"], OTStore.from_csr(sparse), faiss.IndexFlatIP(2)
+        scans_file = False
 
         def __len__(self):
             return 3
+
+        def dense_search(self, queries, k):
+            return self.faiss_index.search(queries, k)
 
         def check_queries(self, *args):
             pass
