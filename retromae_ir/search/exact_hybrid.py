@@ -28,7 +28,7 @@ from retromae_ir.search.index import MODES, HybridIndex
 # (``EncoderRetriever.run_key``) and a chain's recorded metrics made before are made again. 1: ties at every cut
 # go by docid (brute_force.top_hits); 2: every document tied at a side's K'-th score is a candidate (2026-11-25);
 # 3: K' is at least the hits asked for (a run of 2,000 hits at K' 1,000 was cut to the union of two top 1,000s).
-# (4, 7953492 to the commit after it, padded a flat index's batch to faiss's BLAS size: withdrawn, BLAS can score two
+# (4, 7953492 until 5f5c6d3, padded a flat index's batch to faiss's BLAS size: withdrawn, BLAS can score two
 # copies of a document apart; the searches of 3 came back, so their cached runs stand again.)
 SEARCH_VERSION = 3
 SCAN_QUERIES = 4096  # queries a search takes at once where each search reads the whole dense index file
