@@ -313,7 +313,6 @@ def phase_ours(args, memory: Memory) -> dict:
 
     from retromae_ir.encode.base import Encoded
     from retromae_ir.search import ExactHybridSearcher
-    from retromae_ir.search.exact_hybrid import SCAN_QUERIES
 
     encoded, _ = load_queries(args.work)
     memory.mark("imported")
@@ -327,7 +326,7 @@ def phase_ours(args, memory: Memory) -> dict:
     def search_all() -> list:
         # at most K' hits: the searcher raises K' to the hits asked for, so --hits 1000 would make every K' 1,000
         hits, k = [], min(args.hits, searcher.candidates)
-        step = SCAN_QUERIES if searcher.index.scans_file else 64  # batch_search's rule
+        step = searcher.queries_at_once(64)  # as batch_search takes them
         for first in range(0, len(encoded), step):
             batch = Encoded(encoded.dense[first:first + step], encoded.sparse[first:first + step])
             hits.extend(searcher.search_encoded(batch, k))

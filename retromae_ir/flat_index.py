@@ -255,16 +255,14 @@ def blas_sized(queries: np.ndarray) -> np.ndarray:
     return np.concatenate([queries, np.zeros((wanted - len(queries), queries.shape[1]), np.float32)])
 
 
-def scan_if_too_big(index, path: str | os.PathLike):
-    """A :class:`FlatScan` of ``path`` where ``index`` is flat and its file is larger than the memory there is
-    for it (:func:`retromae_ir.hardware.memory_available`), else None (faiss searches its mapped vectors)."""
+def scan_if_too_big(path: str | os.PathLike, dims: int, rows: int):
+    """A :class:`FlatScan` of the flat index file ``path`` where it is larger than the memory there is for it
+    (:func:`retromae_ir.hardware.memory_available`), else None (faiss searches its mapped vectors)."""
     from retromae_ir.hardware import memory_available
 
-    if flat_view(index) is None:
-        return None
     size, available = Path(path).stat().st_size, memory_available()
     if available is None or size <= available:
         return None
     logger.info("%s (%.2f GiB) is larger than the memory there is for it (%.2f GiB): searched by reading it a "
                 "block at a time, each row once a search", path, size / (1 << 30), available / (1 << 30))
-    return FlatScan(path, index.d, index.ntotal)
+    return FlatScan(path, dims, rows)

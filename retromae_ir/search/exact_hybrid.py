@@ -75,8 +75,7 @@ class ExactHybridSearcher:
         progress bar by queries: a dev set of thousands is minutes on a CPU). Over a flat index too large for
         memory, whose every search reads the whole file (``HybridIndex.scans_file``), up to ``SCAN_QUERIES``
         queries are searched at once: MS MARCO's 6,980 dev queries are two reads of the file, not 110."""
-        run = {}
-        step = max(batch_size, SCAN_QUERIES) if self.index.scans_file else batch_size
+        run, step = {}, self.queries_at_once(batch_size)
         with tqdm(total=len(queries), desc=f"search {self.mode}", unit="query") as progress:
             for start in range(0, len(queries), step):
                 batch = queries[start:start + step]
@@ -86,6 +85,11 @@ class ExactHybridSearcher:
                     run[qid] = dict(hits)
                 progress.update(len(batch))
         return run
+
+    def queries_at_once(self, batch_size: int) -> int:
+        """How many queries a search takes at once when they come ``batch_size`` at a time: up to
+        ``SCAN_QUERIES`` where each search reads the whole dense index file."""
+        return max(batch_size, SCAN_QUERIES) if self.index.scans_file else batch_size
 
     def search(self, query: str, k: int = 1000):
         return self.search_encoded(self.model.encode_query([query]), k)[0]
@@ -126,7 +130,7 @@ class ExactHybridSearcher:
         width = max(1, min(k + 1, rows))
         found = list(zip(*self.index.dense_search(queries, width)))
         tied = [q for q, (scores, ids) in enumerate(found) if _tied_past(scores, ids, k, width, rows)]
-        for group in [tied] if self.index.scans_file and tied else [[q] for q in tied]:
+        for group in [tied] if self.index.scans_file else [[q] for q in tied]:
             deep = width
             while group:
                 deep = min(2 * deep, rows)

@@ -86,10 +86,12 @@ class HybridIndex:
         if len(self.docids) != self.faiss_index.ntotal:
             raise IndexMismatchError(f"{dense_dir}: {len(self.docids)} docids for {self.faiss_index.ntotal} vectors")
         self._flat = flat_view(self.faiss_index)
-        try:
-            self._scan = scan_if_too_big(self.faiss_index, dense_dir / "index")
-        except ValueError as exc:
-            raise IndexMismatchError(str(exc)) from None
+        self._scan = None
+        if self._flat is not None:
+            try:
+                self._scan = scan_if_too_big(dense_dir / "index", self.faiss_index.d, self.faiss_index.ntotal)
+            except ValueError as exc:
+                raise IndexMismatchError(str(exc)) from None
         ivf = faiss.try_extract_index_ivf(self.faiss_index)
         if ivf is not None:
             ivf.make_direct_map()  # reconstruct_batch of an IVF index needs it
