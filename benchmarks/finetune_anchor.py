@@ -60,7 +60,7 @@ def evaluate(model, folder: Path) -> dict:
     from retromae_ir.evaluate import evaluate_run, remove_self_hits
     from retromae_ir.evaluate.beir_suite import judged_queries
     from retromae_ir.evaluate.sparse_weight import top_run
-    from retromae_ir.search.brute_force import dense_scores
+    from retromae_ir.search.dense_top import dense_scores
 
     corpus = load_beir_corpus(folder / "corpus.jsonl")
     docids = list(corpus)

@@ -192,8 +192,8 @@ class FlatScan:
     the next block is read while faiss scores the current one, and the pages read are dropped from the cache
     behind (``POSIX_FADV_DONTNEED``), which keeps the cache for the OT store. Each block starts at a multiple of
     faiss's own 1,024-row blocks, so faiss's products see the same rows and the scores are those of a search of
-    the whole index by as many queries (tied scores may come in another order); a batch of fewer queries than
-    faiss's BLAS path takes is padded to it (:func:`blas_sized`), and scores as that path rounds."""
+    the whole index by the same queries (tied scores may come in another order). Each search measures the rows'
+    largest norm on the way (:attr:`max_row_norm`, for ``search.dense_top``'s rounding bound)."""
 
     def __init__(self, path: str | os.PathLike, dims: int, rows: int, block_bytes: int = SCAN_BLOCK_BYTES):
         self.path, self.dims, self.rows = Path(path), dims, rows
@@ -205,13 +205,15 @@ class FlatScan:
             raise ValueError(f"{self.path} is not faiss's file of a flat inner-product index of {rows} x {dims}")
         per_block = max(1, block_bytes // (4 * dims * FAISS_BLOCK_ROWS))
         self.block_rows = per_block * FAISS_BLOCK_ROWS
+        self.max_row_norm: float | None = None  # known once a search has read every row
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, rows) [len(queries), k] as ``IndexFlatIP.search`` gives them (rows past the index: -1)."""
         import faiss
 
-        queries, count = blas_sized(np.ascontiguousarray(queries, dtype=np.float32)), len(queries)
-        best = faiss.ResultHeap(count, k, keep_max=True)  # faiss's own heaps, as its search merges its blocks
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        best = faiss.ResultHeap(len(queries), k, keep_max=True)  # faiss's own heaps, as its search merges its blocks
+        largest = 0.0
         buffers = [np.empty((min(self.block_rows, self.rows), self.dims), np.float32) for _ in range(2)]
         starts = range(0, self.rows, self.block_rows)
         with ThreadPoolExecutor(1) as reader:
@@ -220,10 +222,11 @@ class FlatScan:
                 block = pending.result()
                 if start + self.block_rows < self.rows:
                     pending = reader.submit(self._read, start + self.block_rows, buffers[(number + 1) % 2])
-                scores, rows = (found[:count] for found in
-                                faiss.knn(queries, block, min(k, len(block)), faiss.METRIC_INNER_PRODUCT))
+                scores, rows = faiss.knn(queries, block, min(k, len(block)), faiss.METRIC_INNER_PRODUCT)
                 best.add_result(scores, np.where(rows >= 0, rows + start, -1))
+                largest = max(largest, float(np.einsum("ij,ij->i", block, block).max()))
         best.finalize()
+        self.max_row_norm = float(np.sqrt(largest))
         return best.D, best.I
 
     def _read(self, start: int, buffer: np.ndarray) -> np.ndarray:
@@ -241,15 +244,20 @@ class FlatScan:
         return buffer[:rows]
 
 
+def blas_rows(dims: int) -> int:
+    """The fewest queries of ``dims`` floats that faiss scores with one BLAS product (167 at 768-d)."""
+    import faiss
+
+    return -(-faiss.cvar.distance_compute_blas_threshold // dims)
+
+
 def blas_sized(queries: np.ndarray) -> np.ndarray:
     """``queries`` with rows of zeros added up to the size from which faiss scores them with one BLAS product
     (``distance_compute_blas_threshold`` floats, 128,000 in faiss 1.15: 167 queries at 768 dimensions); below it
     faiss scores pair by pair, 14-18 GFLOP/s against 116-162 from 167 queries on (2 threads, AVX2 EPYC:
     runs/flat-index-mmap/knn_paths.txt). Left as they are below an eighth of that size, where pair by pair costs
     less than the padding (16 queries 0.031 s a block, padded 0.037 s; 21 queries 0.047 s)."""
-    import faiss
-
-    wanted = -(-faiss.cvar.distance_compute_blas_threshold // queries.shape[1])
+    wanted = blas_rows(queries.shape[1])
     if len(queries) >= wanted or 8 * len(queries) < wanted:
         return queries
     return np.concatenate([queries, np.zeros((wanted - len(queries), queries.shape[1]), np.float32)])

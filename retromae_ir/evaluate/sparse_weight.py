@@ -32,7 +32,7 @@ def sweep_sparse_weight(index_dir: str | os.PathLike, model, queries: dict[str, 
     """{lambda: metrics} of the exact hybrid at each weight on ``queries`` (``model``: the index's EncoderModel); a
     hit whose docid is its query's id is dropped, as the BEIR suite and the chain's evaluation drop it."""
     from retromae_ir.encode.manifest import check_precision
-    from retromae_ir.search.brute_force import dense_scores
+    from retromae_ir.search.dense_top import dense_scores
     from retromae_ir.search.index import HybridIndex
 
     index = HybridIndex(index_dir, model.card)

@@ -9,17 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from retromae_ir.search.dense_top import dense_scores
 from retromae_ir.search.index import HybridIndex
-
-
-def dense_scores(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """[B, N] inner products of each query with each row of ``vectors``, a row at a time (einsum, not BLAS's
-    matrix product, whose rounding depends on a row's place in the matrix and on the batch): two copies of a
-    document score exactly alike, as in faiss, so a tie between them goes by docid on every path."""
-    scores = np.empty((len(queries), len(vectors)), dtype=np.result_type(vectors, queries))
-    for row, query in enumerate(queries):
-        scores[row] = np.einsum("ij,j->i", vectors, query)
-    return scores
 
 
 def top_hits(scores: np.ndarray, docids, k: int, candidates: np.ndarray | None = None):

@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from retromae_ir.encode.base import Encoded, EncoderModel
 from retromae_ir.encode.manifest import check_card, check_precision, manifest_precision
-from retromae_ir.search.brute_force import dense_scores, top_hits, top_positions
+from retromae_ir.search.brute_force import top_hits, top_positions
+from retromae_ir.search.dense_top import dense_scores
 from retromae_ir.search.index import MODES, HybridIndex
 
 # Bumped in the commit that changes what a search returns for the same index and queries, so cached runs
@@ -29,10 +30,10 @@ from retromae_ir.search.index import MODES, HybridIndex
 # go by docid (brute_force.top_hits); 2: every document tied at a side's K'-th score is a candidate (2026-11-25);
 # 3: K' is at least the hits asked for (a run of 2,000 hits at K' 1,000 was cut to the union of two top 1,000s).
 # (4, 7953492 until 5f5c6d3, padded a flat index's batch to faiss's BLAS size: withdrawn, BLAS can score two
-# copies of a document apart; the searches of 3 came back, so their cached runs stand again.)
-SEARCH_VERSION = 3
-SCAN_QUERIES = 4096  # queries a search takes at once where each search reads the whole dense index file
-
+# copies of a document apart.) 5: a flat index's batches are padded to faiss's BLAS size again, its nominees scored
+# again row by row, exactly as brute force, with a rounding bound proving the top k (search/dense_top.py): the
+# dense mode's scores are now brute force's to the bit, no longer faiss's.
+SEARCH_VERSION = 5
 
 class ExactHybridSearcher:
     def __init__(self, index_dir: str | os.PathLike, encoder, mode: str = "hybrid", candidates: int = 1000,
@@ -72,9 +73,9 @@ class ExactHybridSearcher:
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, batch_size: int = 64):
         """``{qid: [(docid, score), ...]}``, ``k`` hits per query, queries encoded ``batch_size`` at a time (a
-        progress bar by queries: a dev set of thousands is minutes on a CPU). Over a flat index too large for
-        memory, whose every search reads the whole file (``HybridIndex.scans_file``), up to ``SCAN_QUERIES``
-        queries are searched at once: MS MARCO's 6,980 dev queries are two reads of the file, not 110."""
+        progress bar by queries: a dev set of thousands is minutes on a CPU) and searched
+        :meth:`queries_at_once`: MS MARCO's 6,980 dev queries are two reads of a flat index file too large for
+        memory, not 110."""
         run, step = {}, self.queries_at_once(batch_size)
         with tqdm(total=len(queries), desc=f"search {self.mode}", unit="query") as progress:
             for start in range(0, len(queries), step):
@@ -87,9 +88,10 @@ class ExactHybridSearcher:
         return run
 
     def queries_at_once(self, batch_size: int) -> int:
-        """How many queries a search takes at once when they come ``batch_size`` at a time: up to
-        ``SCAN_QUERIES`` where each search reads the whole dense index file."""
-        return max(batch_size, SCAN_QUERIES) if self.index.scans_file else batch_size
+        """How many queries a search takes at once when they come ``batch_size`` at a time: at least as many as
+        a dense search should take (``HybridIndex.queries_per_search``: 4,096 where each search reads the whole
+        index file, 167 at 768-d where faiss's BLAS route starts)."""
+        return max(batch_size, self.index.queries_per_search)
 
     def search(self, query: str, k: int = 1000):
         return self.search_encoded(self.model.encode_query([query]), k)[0]
@@ -101,12 +103,12 @@ class ExactHybridSearcher:
         self.index.check_queries(encoded.dense, encoded.sparse, self.mode)
         depth = max(self.candidates, k)
         dense_ids = None
-        if self.mode == "dense":  # faiss's own top k (not capped at K'), ties at the cut by docid as elsewhere
+        if self.mode == "dense":  # the index's own top k (not capped at K'), ties at the cut by docid as elsewhere
             return [top_hits(scores, self.index.docids, k, ids)
-                    for scores, ids in self._dense_top(np.ascontiguousarray(encoded.dense), k)]
-        if self.mode == "hybrid":  # each query's top K' rows, ties at the cut by docid (faiss breaks them by row)
+                    for scores, ids in self.index.dense_top(encoded.dense, k)]
+        if self.mode == "hybrid":  # each query's top K' rows, ties at the cut by docid
             dense_ids = [ids[top_positions(scores, self.index.docids, depth, ids, keep_ties=True)]
-                         for scores, ids in self._dense_top(np.ascontiguousarray(encoded.dense), depth)]
+                         for scores, ids in self.index.dense_top(encoded.dense, depth)]
         sparse = encoded.sparse.tocsr()
 
         def one(b: int):
@@ -118,26 +120,6 @@ class ExactHybridSearcher:
             return [one(b) for b in range(len(encoded))]
         with ThreadPoolExecutor(min(self.threads, len(encoded))) as pool:
             return list(pool.map(one, range(len(encoded))))
-
-    def _dense_top(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(scores, rows) of each query's top ``k`` (``HybridIndex.dense_search``), and every row tied with the k-th
-        score: faiss breaks ties by row, so a query whose k-th score continues past k is searched again, twice as
-        deep, until the tie ends (the cut is then made by docid, as everywhere else); over a scanned index, where
-        each search reads the whole file, the tied queries are searched again together. Rows faiss pads with -1 are
-        left out."""
-        rows = self.index.faiss_index.ntotal
-        k = min(k, rows)
-        width = max(1, min(k + 1, rows))
-        found = list(zip(*self.index.dense_search(queries, width)))
-        tied = [q for q, (scores, ids) in enumerate(found) if _tied_past(scores, ids, k, width, rows)]
-        for group in [tied] if self.index.scans_file else [[q] for q in tied]:
-            deep = width
-            while group:
-                deep = min(2 * deep, rows)
-                for q, scores, ids in zip(group, *self.index.dense_search(queries[group], deep)):
-                    found[q] = (scores, ids)
-                group = [q for q in group if _tied_past(*found[q], k, deep, rows)]
-        return [(scores[ids >= 0], ids[ids >= 0]) for scores, ids in found]
 
     def _search_one(self, dense_query, terms, values, dense_ids, k: int, depth: int):
         scores = self._accumulator()
@@ -164,7 +146,3 @@ class ExactHybridSearcher:
         scores.fill(0)
         return scores
 
-
-def _tied_past(scores: np.ndarray, ids: np.ndarray, k: int, depth: int, rows: int) -> bool:
-    """Whether a top-``depth`` list's k-th score continues to its last row, with rows left beyond it."""
-    return k > 0 and depth < rows and ids[-1] >= 0 and scores[-1] == scores[k - 1]

@@ -23,14 +23,16 @@ import numpy as np
 from retromae_ir.data.docids import DocidTable
 from retromae_ir.encode.cards import EncoderCard, load_card
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, check_card, manifest_text
-from retromae_ir.flat_index import flat_view, read_index, scan_if_too_big
+from retromae_ir.flat_index import blas_rows, blas_sized, flat_view, read_index, scan_if_too_big
 from retromae_ir.io import check_unchanged
+from retromae_ir.search.dense_top import exact_top
 from retromae_ir.search.ot_store import STORE, VERSION, OTStore, StoreFormatError
 
 logger = logging.getLogger(__name__)
 MODES = ("hybrid", "dense", "sparse")
 STORE_FOLDER = "ot"  # DIR/sparse/ot/
 LEGACY_VECTORS = "vectors.npz"
+SCAN_QUERIES = 4096  # queries a search takes at once where each search reads the whole dense index file
 
 
 def store_manifest_field() -> dict:
@@ -86,7 +88,7 @@ class HybridIndex:
         if len(self.docids) != self.faiss_index.ntotal:
             raise IndexMismatchError(f"{dense_dir}: {len(self.docids)} docids for {self.faiss_index.ntotal} vectors")
         self._flat = flat_view(self.faiss_index)
-        self._scan = None
+        self._scan, self._norm = None, None
         if self._flat is not None:
             try:
                 self._scan = scan_if_too_big(dense_dir / "index", self.faiss_index.d, self.faiss_index.ntotal)
@@ -147,13 +149,56 @@ class HybridIndex:
         """Whether each dense search reads the whole index file (a flat index larger than its memory)."""
         return self._scan is not None
 
+    @property
+    def queries_per_search(self) -> int:
+        """How many queries a dense search should take at once: ``SCAN_QUERIES`` where each search reads the whole
+        index file, as many as faiss scores with one BLAS product over a flat index in memory (167 at 768-d), one
+        for other index types (their searches cost the same a query in any batch)."""
+        if self._scan is not None:
+            return SCAN_QUERIES
+        return 1 if self._flat is None else blas_rows(self.faiss_index.d)
+
     def dense_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """faiss's (scores, rows) of each query's top ``k``: from its mapped vectors, or for a flat index larger
-        than the memory there is for it, from a scan of the file (``flat_index.FlatScan``, which pads a batch to
-        faiss's BLAS size). Mapped, a batch is searched as it comes: faiss scores fewer than 128,000 query floats
-        pair by pair, which gives two copies of a document the same score (the docid rule then orders them); its
-        BLAS path, 2.3 times faster over a whole search at 540,000 x 768 (runs/flat-index-mmap/run6.sh), need not."""
-        return (self._scan or self.faiss_index).search(queries, k)
+        than the memory there is for it, from a scan of the file (``flat_index.FlatScan``). A flat index's batch
+        is padded to faiss's BLAS size (``flat_index.blas_sized``): faster, and rounded otherwise than row by row,
+        which :meth:`dense_top` corrects."""
+        if self._flat is None:
+            return self.faiss_index.search(queries, k)
+        padded = blas_sized(np.ascontiguousarray(queries, dtype=np.float32))
+        scores, rows = (self._scan or self.faiss_index).search(padded, k)
+        return scores[:len(queries)], rows[:len(queries)]
+
+    def dense_top(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(scores, rows) of each query holding every row that reaches its k-th score, ties included, unordered
+        (rows faiss pads with -1 left out). A flat index's are exact, scored row by row as brute force
+        (``dense_top.exact_top``); another index type's are faiss's, a query whose k-th score continues past its
+        last row searched again twice as deep until the tie ends (faiss breaks ties by row)."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        rows = self.faiss_index.ntotal
+        if self._flat is not None:
+            return exact_top(self.dense_search, self.dense_vectors, queries, k, rows, self._max_row_norm)
+        k = min(k, rows)
+        width = max(1, min(k + 1, rows))
+        found = list(zip(*self.faiss_index.search(queries, width)))
+        for q, (scores, ids) in enumerate(found):
+            deep = width
+            while _tied_past(scores, ids, k, deep, rows):
+                deep = min(2 * deep, rows)
+                scores, ids = (part[0] for part in self.faiss_index.search(queries[q:q + 1], deep))
+            found[q] = (scores[ids >= 0], ids[ids >= 0])
+        return found
+
+    def _max_row_norm(self) -> float:
+        """The largest norm of the flat index's rows, for ``exact_top``'s rounding bound: measured by the scan
+        (each search of a scanned index), else once over the mapped vectors, a block at a time."""
+        if self._scan is not None:
+            return self._scan.max_row_norm
+        if self._norm is None:
+            self._norm = max(float(np.sqrt(np.einsum("ij,ij->i", block, block).max()))
+                             for block in (self._flat[start:start + 65536]
+                                           for start in range(0, len(self._flat), 65536)))
+        return self._norm
 
     def dense_vectors(self, rows: np.ndarray) -> np.ndarray:
         """The dense vectors of ``rows`` [len(rows), d'] (reconstructed by faiss for a non-flat index)."""
@@ -186,3 +231,8 @@ class HybridIndex:
                 shape = None if sparse is None else sparse.shape
                 raise IndexMismatchError(f"sparse query vectors have shape {shape}, the index vocabulary is "
                                          f"{self.store.vocab}")
+
+
+def _tied_past(scores: np.ndarray, ids: np.ndarray, k: int, depth: int, rows: int) -> bool:
+    """Whether a top-``depth`` list's k-th score continues to its last row, with rows left beyond it."""
+    return k > 0 and depth < rows and ids[-1] >= 0 and scores[-1] == scores[k - 1]

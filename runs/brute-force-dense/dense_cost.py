@@ -4,7 +4,7 @@ import time
 import numpy as np
 import torch
 
-from retromae_ir.search.brute_force import dense_scores
+from retromae_ir.search.dense_top import dense_scores
 
 torch.set_num_threads(2)
 rng = np.random.default_rng(0)

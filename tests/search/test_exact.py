@@ -40,6 +40,8 @@ def test_exact_hybrid_equals_brute_force(handful, model, queries, mode):
             reference = [hit for hit in reference if hit[1] > 0]
         assert [d for d, _ in exact] == [d for d, _ in reference]
         np.testing.assert_allclose([s for _, s in exact], [s for _, s in reference], rtol=1e-5, atol=1e-4)
+        if mode == "dense":  # scored row by row on both sides: to the bit
+            assert exact == reference
 
 
 def test_every_candidate_gets_its_exact_score_even_with_few_candidates(handful, model, queries):
@@ -172,6 +174,7 @@ def test_documents_tied_at_the_candidate_cut_are_all_nominated(tmp_path):
     import scipy.sparse
 
     from retromae_ir.search.brute_force import top_hits
+    from retromae_ir.search.dense_top import exact_top
     from retromae_ir.search.ot_store import OTStore
 
     dense = np.array([[0.0, 0.0], [0.5, 0.0], [0.9, 0.0]], np.float32)  # a, b, c
@@ -179,13 +182,13 @@ def test_documents_tied_at_the_candidate_cut_are_all_nominated(tmp_path):
 
     class Index:
         docids, store, faiss_index = ["a", "b", "c"], OTStore.from_csr(sparse), faiss.IndexFlatIP(2)
-        scans_file = False
 
         def __len__(self):
             return 3
 
-        def dense_search(self, queries, k):
-            return self.faiss_index.search(queries, k)
+        def dense_top(self, queries, k):
+            return exact_top(self.faiss_index.search, dense.__getitem__, queries, k, 3,
+                             lambda: float(np.linalg.norm(dense, axis=1).max()))
 
         def check_queries(self, *args):
             pass

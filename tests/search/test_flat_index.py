@@ -135,8 +135,9 @@ def _by_score_then_row(scores, rows):
 @pytest.mark.parametrize("k", [1, 50, 2100, 2600])  # more than a block and than the rows less a block; than all rows
 def test_a_scan_a_block_at_a_time_finds_what_faiss_finds_with_the_same_scores(tmp_path, dims, queries, k):
     """Blocks of 1,024 rows (the smallest) over 2,500 rows, the last block short: the same scores as faiss's search
-    of the whole index by the same (padded) queries, bit for bit, and the same rows, up to the order of tied
-    scores; k past the rows pads as faiss does. Duplicated rows make ties across blocks."""
+    of the whole index by the same queries, bit for bit, and the same rows, up to the order of tied scores; k past
+    the rows pads as faiss does; the rows' largest norm measured on the way. Duplicated rows make ties across
+    blocks."""
     from retromae_ir.flat_index import FlatScan, blas_sized
 
     rng = np.random.default_rng(5)
@@ -144,22 +145,19 @@ def test_a_scan_a_block_at_a_time_finds_what_faiss_finds_with_the_same_scores(tm
     vectors[2400:2410] = vectors[10:20]  # the same scores in the first and the last block
     index = _flat_file(tmp_path / "index", vectors)
     scan = FlatScan(tmp_path / "index", dims, 2500, block_bytes=1)
-    assert scan.block_rows == 1024
+    assert scan.block_rows == 1024 and scan.max_row_norm is None
     probe = rng.standard_normal((queries, dims)).astype(np.float32)
     probe[0] = vectors[15]
-    found = scan.search(probe, k)
-    expected = tuple(part[:queries] for part in index.search(blas_sized(probe), k))
-    assert found[0].shape == expected[0].shape == (queries, k)
-    for mine, theirs in zip(_by_score_then_row(*found), _by_score_then_row(*expected)):
-        np.testing.assert_array_equal(mine, theirs)
-    assert set(found[1][0][:2].tolist()) == ({15} if k == 1 else {15, 2405})  # a tie: the lower row at the cut
-    if k > 1:
-        assert found[0][0][0] == found[0][0][1]  # copies score alike (both routes here)
-    if k > 2500:
-        assert (found[1][:, 2500:] == -1).all() and (found[0][:, 2500:] == -np.finfo(np.float32).max).all()
-    unpadded = index.search(probe, k)  # faiss pair by pair where the queries are few: the same rows, rounded otherwise
-    np.testing.assert_array_equal(np.sort(found[1][:, :min(k, 20)], 1), np.sort(unpadded[1][:, :min(k, 20)], 1))
-    np.testing.assert_allclose(found[0], unpadded[0], rtol=1e-5, atol=1e-4)
+    for batch in (probe, blas_sized(probe)):  # faiss pair by pair, and on its BLAS route (768-d, 64 queries)
+        found = tuple(part[:queries] for part in scan.search(batch, k))  # not the padding's all-tied zeros
+        expected = tuple(part[:queries] for part in index.search(batch, k))
+        assert found[0].shape == expected[0].shape == (queries, k)
+        for mine, theirs in zip(_by_score_then_row(*found), _by_score_then_row(*expected)):
+            np.testing.assert_array_equal(mine, theirs)
+        assert set(found[1][0][:2].tolist()) == ({15} if k == 1 else {15, 2405})  # a tie: the lower row at the cut
+        if k > 2500:
+            assert (found[1][:, 2500:] == -1).all() and (found[0][:, 2500:] == -np.finfo(np.float32).max).all()
+    assert scan.max_row_norm == pytest.approx(np.linalg.norm(vectors, axis=1).max(), rel=1e-6)
 
 
 def test_queries_are_padded_to_faiss_s_blas_size_between_an_eighth_of_it_and_it():
@@ -273,12 +271,12 @@ def test_over_a_scanned_index_batch_search_reads_the_file_once_for_many_queries(
     assert scans == [6]
 
 
-def test_a_batch_is_padded_to_faiss_s_blas_size_when_scanned_and_searched_as_it_comes_when_mapped(handful,
-                                                                                                   monkeypatch):
-    """64 queries at 384-d: scanned, padded to 334 (the size faiss scores with BLAS), the scores of that padded
-    search bit for bit; mapped, faiss's own search of the 64 (pair by pair: two copies of a document score alike)."""
+def test_a_flat_index_s_batch_is_padded_to_faiss_s_blas_size_and_its_top_scored_as_brute_force(handful, monkeypatch):
+    """64 queries at 384-d, mapped or scanned: padded to 334 (the size faiss scores with BLAS), that padded search's
+    scores bit for bit; their top rows then scored again row by row, which gives brute force's scores."""
     from retromae_ir.flat_index import blas_sized
     from retromae_ir.search import HybridIndex
+    from retromae_ir.search.dense_top import dense_scores
 
     queries = np.random.default_rng(9).standard_normal((64, 384)).astype(np.float32)
     mapped = HybridIndex(handful[1], handful[0])
@@ -289,38 +287,11 @@ def test_a_batch_is_padded_to_faiss_s_blas_size_when_scanned_and_searched_as_it_
     monkeypatch.setattr("retromae_ir.hardware.memory_available", lambda: 0)
     scanned = HybridIndex(handful[1], handful[0])
     assert scanned.scans_file and not mapped.scans_file
-    for result, expected in ((scanned.dense_search(queries, 4), padded), (mapped.dense_search(queries, 4), unpadded)):
-        for mine, theirs in zip(result, expected):
+    assert (mapped.queries_per_search, scanned.queries_per_search) == (334, 4096)
+    brute = dense_scores(mapped.dense, queries)
+    for index in (scanned, mapped):
+        for mine, theirs in zip(index.dense_search(queries, 4), padded):
             np.testing.assert_array_equal(mine, theirs)
-    np.testing.assert_allclose(padded[0], unpadded[0], rtol=1e-5, atol=1e-5)
-
-
-class _IndexStandIn:
-    """What ``ExactHybridSearcher._dense_top`` reads of a HybridIndex, over a real flat index file."""
-
-    def __init__(self, path, vectors, scans_file: bool):
-        from retromae_ir.flat_index import FlatScan
-
-        self.faiss_index, self.scans_file, self.searched = read_index(path), scans_file, []
-        self._scan = FlatScan(path, vectors.shape[1], len(vectors))
-
-    def dense_search(self, queries, k):
-        self.searched.append((len(queries), k))
-        return (self._scan if self.scans_file else self.faiss_index).search(queries, k)
-
-
-@pytest.mark.parametrize("scans_file, searches", [(True, [(3, 2), (3, 4)]), (False, [(3, 2), (1, 4), (1, 4), (1, 4)])])
-def test_queries_tied_at_the_cut_are_searched_again_together_over_a_scanned_index(tmp_path, scans_file, searches):
-    """Each of three queries has its document and a copy of it tied at k = 1: searched again twice as deep, in one
-    search (one read of the file) when scanned, one at a time when mapped; both copies kept either way."""
-    from retromae_ir.search.exact_hybrid import ExactHybridSearcher
-
-    vectors = np.random.default_rng(10).standard_normal((20, 8)).astype(np.float32)
-    vectors[10:] = vectors[:10]
-    _flat_file(tmp_path / "index", vectors)
-    searcher = ExactHybridSearcher.__new__(ExactHybridSearcher)
-    searcher.index = _IndexStandIn(tmp_path / "index", vectors, scans_file)
-    found = searcher._dense_top(vectors[:3], 1)
-    assert searcher.index.searched == searches
-    for query, (scores, rows) in enumerate(found):
-        assert {query, query + 10} <= set(rows[scores == scores[0]].tolist())
+        for q, (scores, rows) in enumerate(index.dense_top(queries, 4)):
+            assert sorted(rows.tolist()) == sorted(np.argsort(-brute[q])[:len(rows)].tolist())
+            np.testing.assert_array_equal(scores, brute[q][rows])
