@@ -199,13 +199,28 @@ class FlatScan:
         self.path, self.dims, self.rows = Path(path), dims, rows
         # kept open: a file renamed over ``path`` later (a merge, dense-index) is not the one the mapping reads
         self._file = open(self.path, "rb", buffering=0)
+        try:
+            self._rows = _reopen(self._file)  # for single rows (:meth:`read_rows`), without read-ahead
+        except (OSError, ValueError):
+            self._file.close()
+            raise
         self.offset, header = os.fstat(self._file.fileno()).st_size - 4 * dims * rows, _header(dims, rows)
         if self.offset != len(header) or os.pread(self._file.fileno(), self.offset, 0) != header:
             self._file.close()
+            os.close(self._rows)
             raise ValueError(f"{self.path} is not faiss's file of a flat inner-product index of {rows} x {dims}")
         per_block = max(1, block_bytes // (4 * dims * FAISS_BLOCK_ROWS))
         self.block_rows = per_block * FAISS_BLOCK_ROWS
         self.max_row_norm: float | None = None  # known once a search has read every row
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+            os.close(self._rows)
+
+    def __del__(self):
+        if hasattr(self, "_rows"):
+            self.close()
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, rows) [len(queries), k] as ``IndexFlatIP.search`` gives them (rows past the index: -1)."""
@@ -229,6 +244,27 @@ class FlatScan:
         self.max_row_norm = float(np.sqrt(largest))
         return best.D, best.I
 
+    def read_rows(self, ids: np.ndarray) -> np.ndarray:
+        """The vectors of rows ``ids`` [len(ids), dims], each read with its own ``pread`` (neighbours in one), in
+        file order: read through the index's mapping, each row's page fault read ahead 128 KiB or more, which
+        evicted the OT store's pages under a memory limit and made the whole searcher 37% slower
+        (runs/flat-index-mmap/run7.sh)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty((len(ids), self.dims), np.float32)
+        if not len(ids):
+            return out
+        wanted, where = np.unique(ids, return_inverse=True)
+        found, width = np.empty((len(wanted), self.dims), np.float32), 4 * self.dims
+        breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
+        for run in np.split(np.arange(len(wanted)), breaks):
+            first, count = int(wanted[run[0]]), len(run)
+            data = os.pread(self._rows, width * count, self.offset + width * first)
+            if len(data) != width * count:
+                raise ValueError(f"{self.path} ends before row {first + count}: shorter than its {self.rows} rows")
+            found[run[0]:run[0] + count] = np.frombuffer(data, np.float32).reshape(count, self.dims)
+        out[:] = found[where.reshape(-1)]
+        return out
+
     def _read(self, start: int, buffer: np.ndarray) -> np.ndarray:
         """Rows [start, start + block) into ``buffer``, then their pages dropped from the cache."""
         descriptor, rows = self._file.fileno(), min(self.block_rows, self.rows - start)
@@ -242,6 +278,21 @@ class FlatScan:
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(descriptor, position, done, os.POSIX_FADV_DONTNEED)
         return buffer[:rows]
+
+
+def _reopen(file) -> int:
+    """A second descriptor of the file ``file`` has open (not of whatever its path names now), with its own
+    read-ahead state, advised random: single rows read through it neither read ahead nor disturb the scan's."""
+    status = os.fstat(file.fileno())
+    proc = f"/proc/self/fd/{file.fileno()}"
+    descriptor = os.open(proc if os.path.exists(proc) else file.name, os.O_RDONLY)
+    again = os.fstat(descriptor)
+    if (again.st_dev, again.st_ino) != (status.st_dev, status.st_ino):
+        os.close(descriptor)
+        raise ValueError(f"{file.name} was replaced while it was opened")
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_RANDOM)
+    return descriptor
 
 
 def blas_rows(dims: int) -> int:

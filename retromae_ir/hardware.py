@@ -5,6 +5,7 @@ there is for an index's pages."""
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import torch
@@ -16,7 +17,8 @@ NATIVE_BF16_ROCM_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12"
 CPU_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 MEMINFO = Path("/proc/meminfo")
 OWN_CGROUPS = Path("/proc/self/cgroup")
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+MOUNTS = Path("/proc/self/mountinfo")
+CGROUP_ROOT = Path("/sys/fs/cgroup")  # where the hierarchies usually are, when mountinfo does not say
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -98,12 +100,15 @@ def _cgroup_rooms():
         lines = OWN_CGROUPS.read_text().splitlines()
     except OSError:
         return
+    mounts = _cgroup_mounts()
     for line in lines:
         number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         v2 = number == "0" and controllers == ""
         if not v2 and "memory" not in controllers.split(","):
             continue
-        root = CGROUP_ROOT if v2 else CGROUP_ROOT / "memory"
+        within, root = mounts.get(v2, ("/", CGROUP_ROOT if v2 else CGROUP_ROOT / "memory"))
+        if within != "/" and (path + "/").startswith(within.rstrip("/") + "/"):
+            path = path[len(within.rstrip("/")):]  # the mount shows the hierarchy from `within` down
         parts = [part for part in path.split("/") if part]
         for depth in range(len(parts), -1, -1):
             folder = root.joinpath(*parts[:depth])
@@ -111,6 +116,33 @@ def _cgroup_rooms():
             limits = [limit for limit in (_read_limit(folder / name) for name in names) if limit is not None]
             if limits:
                 yield max(0, min(limits) - _held_outside_cache(folder, v2))
+
+
+def _cgroup_mounts() -> dict[bool, tuple[str, Path]]:
+    """Where the memory hierarchies are mounted ({v2: (the hierarchy's folder the mount shows, mount point)}),
+    from /proc/self/mountinfo: v1's memory controller may share a mount with others (``/sys/fs/cgroup/cpu,memory``)
+    and a container's mount may show its own cgroup as the root. Empty where the file cannot be read."""
+    mounts: dict[bool, tuple[str, Path]] = {}
+    try:
+        lines = MOUNTS.read_text().splitlines()
+    except OSError:
+        return mounts
+    for line in lines:
+        fields, _, tail = line.partition(" - ")
+        fields, tail = fields.split(), tail.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        within, point = (_unescape(field) for field in fields[3:5])
+        if tail[0] == "cgroup2":
+            mounts.setdefault(True, (within, Path(point)))
+        elif tail[0] == "cgroup" and "memory" in tail[2].split(","):
+            mounts.setdefault(False, (within, Path(point)))
+    return mounts
+
+
+def _unescape(field: str) -> str:
+    """mountinfo's octal escapes (``\\040`` for a space) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda escape: chr(int(escape.group(1), 8)), field)
 
 
 def _read_limit(path: Path) -> int | None:

@@ -35,6 +35,7 @@ from retromae_ir.search.index import MODES, HybridIndex
 # dense mode's scores are now brute force's to the bit, no longer faiss's.
 SEARCH_VERSION = 5
 
+
 class ExactHybridSearcher:
     def __init__(self, index_dir: str | os.PathLike, encoder, mode: str = "hybrid", candidates: int = 1000,
                  threads: int = 1, device: str | None = None):
@@ -145,4 +146,3 @@ class ExactHybridSearcher:
             return np.zeros(len(self.index), np.float32)
         scores.fill(0)
         return scores
-

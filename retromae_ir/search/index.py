@@ -201,7 +201,10 @@ class HybridIndex:
         return self._norm
 
     def dense_vectors(self, rows: np.ndarray) -> np.ndarray:
-        """The dense vectors of ``rows`` [len(rows), d'] (reconstructed by faiss for a non-flat index)."""
+        """The dense vectors of ``rows`` [len(rows), d'] (reconstructed by faiss for a non-flat index; read row by
+        row from the file where it is scanned)."""
+        if self._scan is not None:
+            return self._scan.read_rows(rows)
         if self._flat is not None:
             return self._flat[rows]
         return self.faiss_index.reconstruct_batch(np.asarray(rows, dtype=np.int64))

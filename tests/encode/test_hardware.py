@@ -61,6 +61,7 @@ def test_memory_available_is_meminfo_capped_by_the_lowest_cgroup_room_above(tmp_
     monkeypatch.setattr(hardware, "CGROUP_ROOT", tmp_path / "cg")
     own = tmp_path / "cgroup"
     monkeypatch.setattr(hardware, "OWN_CGROUPS", own)
+    monkeypatch.setattr(hardware, "MOUNTS", tmp_path / "no-mountinfo")  # the usual mount points
     own.write_text("4:memory:/a/b:c\n1:cpu:/a\n0::/x/y\n")
     assert hardware.memory_available() == 20000000 * 1024  # no limit files at all
     v1 = tmp_path / "cg/memory/a/b:c"
@@ -83,3 +84,26 @@ def test_memory_available_is_meminfo_capped_by_the_lowest_cgroup_room_above(tmp_
     assert hardware.memory_available() == 1000 * 1024
     monkeypatch.setattr(hardware, "MEMINFO", tmp_path / "absent")
     assert hardware.memory_available() is None
+
+
+def test_the_memory_hierarchy_is_found_where_mountinfo_says(tmp_path, monkeypatch):
+    """v1's memory controller mounted with cpu (``cpu,memory``, at a path with a space), showing the container's
+    own cgroup ``/docker/c1`` as its root: its limit is found at the mount point, not under /sys/fs/cgroup/memory
+    (where nothing was found before, exit 0 with MemAvailable)."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable:   20000000 kB\n")
+    monkeypatch.setattr(hardware, "MEMINFO", meminfo)
+    monkeypatch.setattr(hardware, "CGROUP_ROOT", tmp_path / "elsewhere")
+    (tmp_path / "cgroup").write_text("5:cpu,memory:/docker/c1/job\n")
+    monkeypatch.setattr(hardware, "OWN_CGROUPS", tmp_path / "cgroup")
+    point = tmp_path / "fs cg" / "cpu,memory"
+    (point / "job").mkdir(parents=True)
+    (point / "memory.limit_in_bytes").write_text(f"{2 << 30}\n")
+    mounts = tmp_path / "mountinfo"
+    escaped = str(point).replace(" ", "\\040")
+    mounts.write_text("31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+                      f"35 31 0:32 /docker/c1 {escaped} rw,relatime shared:9 - cgroup cgroup rw,cpu,memory\n")
+    monkeypatch.setattr(hardware, "MOUNTS", mounts)
+    assert hardware.memory_available() == 2 << 30
+    (point / "job" / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
+    assert hardware.memory_available() == 1 << 30

@@ -191,6 +191,24 @@ def test_a_scan_reads_each_block_once(tmp_path, monkeypatch):
     assert reads == [0, 1024, 2048, 3072]
 
 
+def test_a_scan_reads_single_rows_in_any_order_and_refuses_a_file_cut_short(tmp_path):
+    """Rows asked in any order, repeated, in runs of neighbours (read in one pread) and alone: the file's bytes."""
+    from retromae_ir.flat_index import FlatScan
+
+    vectors = np.random.default_rng(11).standard_normal((300, 12)).astype(np.float32)
+    _flat_file(tmp_path / "index", vectors)
+    scan = FlatScan(tmp_path / "index", 12, 300)
+    ids = np.array([299, 5, 6, 7, 5, 0, 150, 8, 299])
+    np.testing.assert_array_equal(scan.read_rows(ids), vectors[ids])
+    assert scan.read_rows(np.array([], np.int64)).shape == (0, 12)
+    with open(tmp_path / "index", "r+b") as handle:
+        handle.truncate(handle.seek(0, 2) - 4)
+    with pytest.raises(ValueError, match="ends before row 300"):
+        scan.read_rows(np.array([298, 299]))
+    scan.close()
+    scan.close()
+
+
 def test_a_scan_refuses_a_file_that_is_not_the_flat_index_it_is_told(tmp_path):
     from retromae_ir.flat_index import FlatScan
 
@@ -219,6 +237,7 @@ def test_a_scan_reads_the_file_it_opened_not_one_renamed_over_it(tmp_path):
     _flat_file(tmp_path / "new", new)
     (tmp_path / "new").replace(tmp_path / "index")
     scores, rows = scan.search(new[:3], 5)
+    np.testing.assert_array_equal(scan.read_rows(np.array([3, 1])), old[[3, 1]])
     np.testing.assert_array_equal(rows, np.argsort(-(new[:3] @ old.T), axis=1)[:, :5])
     np.testing.assert_allclose(scores, -np.sort(-(new[:3] @ old.T), axis=1)[:, :5], rtol=1e-6)
 
