@@ -3,6 +3,7 @@ per commit (PYTHONPATH picks the commit), each writing every query's top 10 in h
 
     PYTHONPATH=/work/wt-old7 .venv/bin/python runs/flat-index-mmap/run7_agree.py /tmp/hs-540k-768 before.json
     PYTHONPATH=$PWD .venv/bin/python runs/flat-index-mmap/run7_agree.py /tmp/hs-540k-768 after.json
+    PYTHONPATH=$PWD .venv/bin/python runs/flat-index-mmap/run7_agree.py /tmp/hs-540k-768 scanned.json --scanned
     .venv/bin/python runs/flat-index-mmap/run7_agree.py --compare before.json after.json
 """
 import json
@@ -13,7 +14,8 @@ import numpy as np
 import scipy.sparse
 
 
-def search(work: Path, output: Path) -> None:
+def search(work: Path, output: Path, scanned: bool) -> None:
+    import retromae_ir.hardware
     from retromae_ir.encode.base import Encoded
     from retromae_ir.search import ExactHybridSearcher
 
@@ -21,9 +23,12 @@ def search(work: Path, output: Path) -> None:
         sparse = scipy.sparse.csr_matrix((saved["data"], saved["indices"], saved["indptr"]),
                                          shape=(len(saved["indptr"]) - 1, int(saved["vocab"])))
         encoded = Encoded(saved["dense"], sparse)
+    if scanned:  # as if the machine had no memory for the index: FlatScan
+        retromae_ir.hardware.memory_available = lambda: 0
     found = {}
     for mode in ("hybrid", "dense"):
         searcher = ExactHybridSearcher(work / "index", work / "card.yaml", mode=mode, candidates=100, threads=2)
+        assert searcher.index.scans_file == scanned
         step = searcher.queries_at_once(64)
         hits = []
         for first in range(0, len(encoded), step):
@@ -47,4 +52,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--compare":
         compare(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
-        search(Path(sys.argv[1]), Path(sys.argv[2]))
+        search(Path(sys.argv[1]), Path(sys.argv[2]), "--scanned" in sys.argv[3:])

@@ -107,3 +107,32 @@ def test_k_past_the_rows_and_k_zero():
     assert [sorted(rows.tolist()) for _, rows in found] == [[0, 1, 2, 3, 4]] * 2
     assert [len(rows) for _, rows in exact_top(index.search, vectors.__getitem__, vectors[:2], 0, 5,
                                                _max_norm(vectors))] == [0, 0]
+
+
+def test_another_index_type_keeps_faiss_s_scores_and_searches_a_tie_at_the_cut_again_deeper():
+    """An IVF index (one list, probed: exact here) over ten rows and their copies: at k = 1 each query's row and
+    its copy tie, so the query is searched again twice as deep and both are kept, with faiss's scores."""
+    from retromae_ir.search.index import HybridIndex
+
+    vectors = np.random.default_rng(3).standard_normal((20, 8)).astype(np.float32)
+    vectors[10:] = vectors[:10]
+    ivf = faiss.index_factory(8, "IVF1,Flat", faiss.METRIC_INNER_PRODUCT)
+    ivf.train(vectors)
+    ivf.add(vectors)
+    searched = []
+
+    class Counted:
+        ntotal = 20
+
+        def search(self, queries, k):
+            searched.append((len(queries), k))
+            return ivf.search(queries, k)
+
+    index = object.__new__(HybridIndex)
+    index.faiss_index, index._flat, index._scan = Counted(), None, None
+    assert index.queries_per_search == 1
+    found = index.dense_top(vectors[:3], 1)
+    assert searched == [(3, 2), (1, 4), (1, 4), (1, 4)]
+    for query, (scores, rows) in enumerate(found):
+        assert {query, query + 10} <= set(rows[scores == scores[0]].tolist())
+        np.testing.assert_array_equal(scores, ivf.search(vectors[query:query + 1], 4)[0][0])
