@@ -48,6 +48,10 @@ class FlatIndexFile:
             raise ValueError(f"vectors of shape {vectors.shape} for a {self.dims}-d index")
         if self.written + len(vectors) > self.rows:
             raise ValueError(f"more than the {self.rows} rows the index was opened for")
+        finite = np.isfinite(vectors).all(axis=1)
+        if not finite.all():
+            raise ValueError(f"{self.path}: row {self.written + int(np.argmin(finite))} is not finite (NaN or "
+                             f"infinity): no search could rank it")
         np.ascontiguousarray(vectors, dtype=np.float32).tofile(self._out)
         self.written += len(vectors)
 
@@ -239,7 +243,7 @@ class FlatScan:
                     pending = reader.submit(self._read, start + self.block_rows, buffers[(number + 1) % 2])
                 scores, rows = faiss.knn(queries, block, min(k, len(block)), faiss.METRIC_INNER_PRODUCT)
                 best.add_result(scores, np.where(rows >= 0, rows + start, -1))
-                largest = max(largest, float(np.einsum("ij,ij->i", block, block).max()))
+                largest = float(np.maximum(largest, np.einsum("ij,ij->i", block, block).max()))  # NaN stays
         best.finalize()
         self.max_row_norm = float(np.sqrt(largest))
         return best.D, best.I
@@ -250,34 +254,34 @@ class FlatScan:
         evicted the OT store's pages under a memory limit and made the whole searcher 37% slower
         (runs/flat-index-mmap/run7.sh)."""
         ids = np.asarray(ids, dtype=np.int64)
-        out = np.empty((len(ids), self.dims), np.float32)
-        if not len(ids):
-            return out
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.rows):
+            raise IndexError(f"rows {ids.min()}..{ids.max()} asked of {self.path}, which has {self.rows}")
         wanted, where = np.unique(ids, return_inverse=True)
-        found, width = np.empty((len(wanted), self.dims), np.float32), 4 * self.dims
+        found = np.empty((len(wanted), self.dims), np.float32)
         breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
-        for run in np.split(np.arange(len(wanted)), breaks):
-            first, count = int(wanted[run[0]]), len(run)
-            data = os.pread(self._rows, width * count, self.offset + width * first)
-            if len(data) != width * count:
-                raise ValueError(f"{self.path} ends before row {first + count}: shorter than its {self.rows} rows")
-            found[run[0]:run[0] + count] = np.frombuffer(data, np.float32).reshape(count, self.dims)
-        out[:] = found[where.reshape(-1)]
-        return out
+        for run in np.split(np.arange(len(wanted)), breaks) if len(wanted) else []:
+            first = int(wanted[run[0]])
+            self._pread_into(self._rows, found[run[0]:run[0] + len(run)], first)
+        return found[where.reshape(-1)]
 
     def _read(self, start: int, buffer: np.ndarray) -> np.ndarray:
         """Rows [start, start + block) into ``buffer``, then their pages dropped from the cache."""
-        descriptor, rows = self._file.fileno(), min(self.block_rows, self.rows - start)
-        view = memoryview(buffer.reshape(-1).view(np.uint8))[:4 * self.dims * rows]
+        rows = min(self.block_rows, self.rows - start)
+        done = self._pread_into(self._file.fileno(), buffer[:rows], start)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self._file.fileno(), self.offset + 4 * self.dims * start, done, os.POSIX_FADV_DONTNEED)
+        return buffer[:rows]
+
+    def _pread_into(self, descriptor: int, rows: np.ndarray, start: int) -> int:
+        """The file's rows from ``start`` into the contiguous array ``rows``, in as many reads as it takes."""
+        view = memoryview(rows.reshape(-1).view(np.uint8))
         position, done = self.offset + 4 * self.dims * start, 0
         while done < len(view):
             got = os.preadv(descriptor, [view[done:]], position + done)
             if got == 0:
                 raise ValueError(f"{self.path} ends at byte {position + done}: shorter than its {self.rows} rows")
             done += got
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(descriptor, position, done, os.POSIX_FADV_DONTNEED)
-        return buffer[:rows]
+        return done
 
 
 def _reopen(file) -> int:

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
+STREAM_ROWS = 65536  # deeper than this (and 4 k), a query is scored against every row a block at a time
 
 
 def dense_scores(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -44,28 +45,51 @@ def exact_top(search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
     any route) scored again by :func:`dense_scores` over ``vectors(rows)``, holding every row whose score reaches
     the k-th (ties included), unordered. A row left out scores at most the last nominated row's faiss score plus
     the rounding bound; while the k-th score is not above that, the query is searched again twice as deep (the
-    queries still unsettled together: over a scanned index, one read of the file). ``max_row_norm`` is asked
-    after the first search (a scan measures it on the way)."""
+    queries still unsettled together: over a scanned index, one read of the file), and past ``STREAM_ROWS`` rows
+    (a tie that long, a query of zeros) scored against every row instead, a block at a time, so memory stays
+    bounded. ``max_row_norm`` is asked after the first search (a scan measures it on the way)."""
     k = min(k, rows)
     if k <= 0:
         return [(np.empty(0, np.float32), np.empty(0, np.int64)) for _ in queries]
     found: list = [None] * len(queries)
     pending, width, bounds = list(range(len(queries))), min(rows, k + max(16, k // 4)), None
-    while pending:
+    while pending and width <= max(STREAM_ROWS, 4 * k):
         scores, ids = search(queries[pending], width)
         if bounds is None:
-            bounds = rounding_bound(queries.shape[1], np.linalg.norm(queries.astype(np.float64), axis=1),
-                                    max_row_norm())
+            norm = max_row_norm()
+            if not np.isfinite(norm):
+                raise ValueError("the dense index holds vectors that are not finite (NaN or infinity)")
+            bounds = rounding_bound(queries.shape[1], np.linalg.norm(queries.astype(np.float64), axis=1), norm)
         unsettled = []
         for q, nominated, faiss_scores in zip(pending, ids, scores):
             kept = nominated >= 0
             nominated = nominated[kept]
             exact = dense_scores(vectors(nominated), queries[q][None])[0]
-            if width < rows and not _settled(exact, float(faiss_scores[kept][-1]), k, bounds[q]):
+            exhausted = width >= rows or len(nominated) < width  # faiss returned every row it has
+            if not exhausted and not _settled(exact, float(faiss_scores[kept][-1]), k, bounds[q]):
                 unsettled.append(q)
             found[q] = (exact, nominated)
         pending, width = unsettled, min(rows, 2 * width)
+    if pending:  # a tie or a zero query past STREAM_ROWS rows: every row scored, a block at a time
+        for q, top in zip(pending, _streamed_top(vectors, queries[pending], k, rows)):
+            found[q] = top
     return found
+
+
+def _streamed_top(vectors, queries: np.ndarray, k: int, rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each query's rows reaching its k-th score, every row scored by :func:`dense_scores`, ``STREAM_ROWS`` rows
+    at a time (read once for all the queries), keeping only the rows that can still reach the k-th."""
+    kept = [(np.empty(0, np.float32), np.empty(0, np.int64)) for _ in queries]
+    for start in range(0, rows, STREAM_ROWS):
+        ids = np.arange(start, min(rows, start + STREAM_ROWS))
+        block = dense_scores(vectors(ids), queries)
+        for q, (scores, rows_kept) in enumerate(kept):
+            scores, rows_kept = np.concatenate([scores, block[q]]), np.concatenate([rows_kept, ids])
+            if len(scores) > k:
+                reach = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+                scores, rows_kept = scores[reach], rows_kept[reach]
+            kept[q] = (scores, rows_kept)
+    return kept
 
 
 def _settled(exact: np.ndarray, last_nominated: float, k: int, bound: float) -> bool:

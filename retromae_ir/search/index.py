@@ -195,9 +195,9 @@ class HybridIndex:
         if self._scan is not None:
             return self._scan.max_row_norm
         if self._norm is None:
-            self._norm = max(float(np.sqrt(np.einsum("ij,ij->i", block, block).max()))
-                             for block in (self._flat[start:start + 65536]
-                                           for start in range(0, len(self._flat), 65536)))
+            self._norm = float(np.sqrt(np.max([np.einsum("ij,ij->i", block, block).max()  # NaN stays NaN
+                                               for block in (self._flat[start:start + 65536]
+                                                             for start in range(0, len(self._flat), 65536))])))
         return self._norm
 
     def dense_vectors(self, rows: np.ndarray) -> np.ndarray:

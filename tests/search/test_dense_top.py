@@ -35,7 +35,8 @@ def test_the_rounding_bound_holds_between_faiss_s_blas_route_and_row_by_row():
     queries = rng.standard_normal((200, 768)).astype(np.float32)
     blas, rows = _index(vectors).search(queries, 3000)
     exact = np.take_along_axis(dense_scores(vectors, queries), rows, 1)
-    assert (blas != exact).mean() > 0.5  # the routes do round apart
+    if (blas == exact).all():
+        pytest.skip("this BLAS rounds as row by row does: nothing to bound")
     bound = rounding_bound(768, np.linalg.norm(queries, axis=1), _max_norm(vectors)())
     assert (np.abs(blas.astype(np.float64) - exact) <= bound[:, None]).all()
     assert bound[0] == pytest.approx(2.02 * 768 * 2.0 ** -24 / (1 - 768 * 2.0 ** -24) *
@@ -55,7 +56,8 @@ def test_copies_that_blas_scores_apart_tie_and_the_cut_goes_by_row_order_as_brut
     index = _index(vectors)
     blas, rows = index.search(queries, 2048)
     scored = [dict(zip(r.tolist(), s.tolist())) for s, r in zip(blas, rows)]
-    assert any(score[o] != score[c] for score in scored for o, c in zip(range(40), copies))
+    if all(score[o] == score[c] for score in scored for o, c in zip(range(40), copies)):
+        pytest.skip("this BLAS scores the copies alike (OpenBLAS with 1 thread did not)")
     searched = []
 
     def search(batch, width):
@@ -136,3 +138,42 @@ def test_another_index_type_keeps_faiss_s_scores_and_searches_a_tie_at_the_cut_a
     for query, (scores, rows) in enumerate(found):
         assert {query, query + 10} <= set(rows[scores == scores[0]].tolist())
         np.testing.assert_array_equal(scores, ivf.search(vectors[query:query + 1], 4)[0][0])
+
+
+def test_past_stream_rows_a_query_is_scored_against_every_row_a_block_at_a_time(monkeypatch):
+    """A query of zeros ties every row at 0 (its bound is 0: nothing settles it) and a query among near-equal rows:
+    past STREAM_ROWS (32 here) both are scored against all 100 rows, 32 at a time, without a deeper search."""
+    import retromae_ir.search.dense_top as dense_top
+
+    monkeypatch.setattr(dense_top, "STREAM_ROWS", 32)
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal(64).astype(np.float32)
+    vectors = np.repeat(base[None], 100, 0)
+    vectors[:, 0] += np.arange(100, dtype=np.float32) * np.spacing(base[0]) * 4
+    queries = np.stack([np.zeros(64, np.float32), -base, base * 0 + rng.standard_normal(64).astype(np.float32)])
+    vectors[7] = queries[2] * 5  # the third query's clear winner
+    index, searched, read = _index(vectors), [], []
+
+    def search(batch, width):
+        searched.append((len(batch), width))
+        return index.search(batch, width)
+
+    def rows_of(ids):
+        read.append(len(ids))
+        return vectors[ids]
+
+    found = exact_top(search, rows_of, queries, 1, 100, _max_norm(vectors))
+    assert searched == [(3, 17)]
+    assert read == [17, 17, 17, 32, 32, 32, 4]  # the nominees, then the two unsettled queries' blocks
+    brute = dense_scores(vectors, queries)
+    assert sorted(found[0][1].tolist()) == list(range(100)) and (found[0][0] == 0).all()
+    for q, (scores, rows) in enumerate(found):
+        np.testing.assert_array_equal(scores, brute[q][rows])
+        assert set(rows[scores == scores.max()].tolist()) == set(np.flatnonzero(brute[q] == brute[q].max()))
+    assert found[2][1][np.argmax(found[2][0])] == 7
+
+
+def test_an_index_with_vectors_that_are_not_finite_is_an_error():
+    vectors = np.random.default_rng(5).standard_normal((40, 8)).astype(np.float32)
+    with pytest.raises(ValueError, match="not finite"):
+        exact_top(_index(vectors).search, vectors.__getitem__, vectors[:2], 1, 40, lambda: float("nan"))

@@ -42,6 +42,15 @@ def test_another_count_of_rows_is_refused(tmp_path, rows, message):
                 index.add(chunk)
 
 
+def test_a_row_that_is_not_finite_is_refused_with_its_number(tmp_path):
+    vectors = np.ones((6, 4), np.float32)
+    vectors[4, 2] = np.nan
+    with pytest.raises(ValueError, match="row 4 is not finite"):
+        with FlatIndexFile(tmp_path / "index", 4, 6) as index:
+            index.add(vectors[:3])
+            index.add(vectors[3:])
+
+
 def test_vectors_of_another_width_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"vectors of shape \(2, 5\) for a 6-d index"):
         with FlatIndexFile(tmp_path / "index", 6, 2) as index:
@@ -203,7 +212,9 @@ def test_a_scan_reads_single_rows_in_any_order_and_refuses_a_file_cut_short(tmp_
     assert scan.read_rows(np.array([], np.int64)).shape == (0, 12)
     with open(tmp_path / "index", "r+b") as handle:
         handle.truncate(handle.seek(0, 2) - 4)
-    with pytest.raises(ValueError, match="ends before row 300"):
+    with pytest.raises(IndexError, match=r"rows -1\.\.5 asked of .* which has 300"):
+        scan.read_rows(np.array([5, -1]))
+    with pytest.raises(ValueError, match="shorter than its 300 rows"):
         scan.read_rows(np.array([298, 299]))
     scan.close()
     scan.close()
@@ -314,3 +325,32 @@ def test_a_flat_index_s_batch_is_padded_to_faiss_s_blas_size_and_its_top_scored_
         for q, (scores, rows) in enumerate(index.dense_top(queries, 4)):
             assert sorted(rows.tolist()) == sorted(np.argsort(-brute[q])[:len(rows)].tolist())
             np.testing.assert_array_equal(scores, brute[q][rows])
+
+
+@pytest.mark.parametrize("scanned", [False, True])
+@pytest.mark.parametrize("k", [1, 50])
+def test_a_flat_index_s_dense_top_is_brute_force_s_mapped_or_scanned(tmp_path, scanned, k):
+    """HybridIndex.dense_top over 2,500 rows at 768-d with copies in two faiss blocks, 64 queries (padded to 167,
+    faiss's BLAS route), rows read through the mapping or by pread: each query's top k, cut by row order (docids
+    in row order), and its scores are brute force's to the bit; the largest norm is the rows' own."""
+    from retromae_ir.flat_index import FlatScan, flat_view
+    from retromae_ir.search.brute_force import top_hits
+    from retromae_ir.search.dense_top import dense_scores
+    from retromae_ir.search.index import HybridIndex
+
+    rng = np.random.default_rng(12)
+    vectors = rng.standard_normal((2500, 768)).astype(np.float32)
+    vectors[2400:2450] = vectors[100:150]
+    queries = rng.standard_normal((64, 768)).astype(np.float32)
+    queries[:20] = vectors[100:120] + 0.01 * rng.standard_normal((20, 768)).astype(np.float32)
+    index = object.__new__(HybridIndex)
+    index.faiss_index = _flat_file(tmp_path / "index", vectors)
+    index._flat, index._norm = flat_view(index.faiss_index), None
+    index._scan = FlatScan(tmp_path / "index", 768, 2500) if scanned else None
+    docids = [f"d{row:04d}" for row in range(2500)]
+    brute = dense_scores(vectors, queries)
+    for q, (scores, rows) in enumerate(index.dense_top(queries, k)):
+        assert top_hits(scores, docids, k, rows) == top_hits(brute[q], docids, k)
+        if q < 20:
+            assert {100 + q, 2400 + q} <= set(rows[scores == scores.max()].tolist())
+    assert index._max_row_norm() == pytest.approx(np.linalg.norm(vectors, axis=1).max(), rel=1e-6)
