@@ -31,6 +31,14 @@ FAISS_BLOCK_ROWS = 1024  # faiss's distance_compute_blas_database_bs: the rows o
 SCAN_BLOCK_BYTES = 64 << 20
 
 
+class NonFiniteRowError(ValueError):
+    """A row with NaN or infinity: no search could rank it (``row``: its number in the index)."""
+
+    def __init__(self, row: int, path):
+        super().__init__(f"{path}: row {row} is not finite (NaN or infinity): no search could rank it")
+        self.row = row
+
+
 class FlatIndexFile:
     """The file faiss's ``write_index`` writes for an ``IndexFlatIP`` of ``rows`` x ``dims`` float32 vectors,
     written one chunk at a time (:meth:`add`); :meth:`close` checks that exactly ``rows`` came and that faiss reads
@@ -48,11 +56,11 @@ class FlatIndexFile:
             raise ValueError(f"vectors of shape {vectors.shape} for a {self.dims}-d index")
         if self.written + len(vectors) > self.rows:
             raise ValueError(f"more than the {self.rows} rows the index was opened for")
-        finite = np.isfinite(vectors).all(axis=1)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        finite = np.isfinite(vectors).all(axis=1)  # after the cast: a float64 past float32's range becomes inf
         if not finite.all():
-            raise ValueError(f"{self.path}: row {self.written + int(np.argmin(finite))} is not finite (NaN or "
-                             f"infinity): no search could rank it")
-        np.ascontiguousarray(vectors, dtype=np.float32).tofile(self._out)
+            raise NonFiniteRowError(self.written + int(np.argmin(finite)), self.path)
+        vectors.tofile(self._out)
         self.written += len(vectors)
 
     def close(self) -> None:
@@ -261,7 +269,11 @@ class FlatScan:
         breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
         for run in np.split(np.arange(len(wanted)), breaks) if len(wanted) else []:
             first = int(wanted[run[0]])
-            self._pread_into(self._rows, found[run[0]:run[0] + len(run)], first)
+            done = self._pread_into(self._rows, found[run[0]:run[0] + len(run)], first)
+            if len(run) >= FAISS_BLOCK_ROWS and hasattr(os, "posix_fadvise"):  # a stretch, not a row: as a scan
+                os.posix_fadvise(self._rows, self.offset + 4 * self.dims * first, done, os.POSIX_FADV_DONTNEED)
+        if len(wanted) == len(ids) and (len(ids) < 2 or (np.diff(ids) > 0).all()):
+            return found  # asked in file order: no copy
         return found[where.reshape(-1)]
 
     def _read(self, start: int, buffer: np.ndarray) -> np.ndarray:

@@ -359,14 +359,20 @@ def write_dense(folder: Path, card: EncoderCard, chunks, documents: int) -> int:
     rows in all; their count. The index file is written a chunk at a time (``flat_index.FlatIndexFile``, the
     bytes ``faiss.write_index`` writes): faiss would build the whole index in memory first (25.2 GiB for MS MARCO's
     8.8M rows at 768 dimensions, past a 24 GB machine)."""
-    from retromae_ir.flat_index import FlatIndexFile
+    from retromae_ir.flat_index import FlatIndexFile, NonFiniteRowError
 
     try:
         with FlatIndexFile(folder / "index", card.dims, documents) as index, \
                 open(folder / "docid", "w", encoding="utf-8") as out:  # DocidTable reads UTF-8 whatever the locale
             for docids, dense in chunks:
-                index.add(dense)
+                try:
+                    index.add(dense)
+                except NonFiniteRowError as exc:
+                    raise NonFiniteRowError(exc.row, f"document {docids[exc.row - index.written]!r}'s dense "
+                                                     f"vector, {folder / 'index'}") from None
                 out.writelines(f"{docid}\n" for docid in docids)
+    except NonFiniteRowError:
+        raise
     except ValueError as exc:  # other widths or counts than the card and the encoding recorded
         raise IndexMismatchError(f"the encoded chunks do not match card {card.name!r} ({card.dims} dimensions) and "
                                  f"the {documents} documents recorded: {exc}") from None

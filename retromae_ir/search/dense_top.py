@@ -15,7 +15,8 @@ from typing import Callable
 import numpy as np
 
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
-STREAM_ROWS = 65536  # deeper than this (and 4 k), a query is scored against every row a block at a time
+STREAM_ROWS = 16384  # deeper than this (and 4 k), a query is scored against every row a block at a time
+STREAM_BLOCK_BYTES = 64 << 20  # the rows read at a time then
 
 
 def dense_scores(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -45,14 +46,20 @@ def exact_top(search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
     any route) scored again by :func:`dense_scores` over ``vectors(rows)``, holding every row whose score reaches
     the k-th (ties included), unordered. A row left out scores at most the last nominated row's faiss score plus
     the rounding bound; while the k-th score is not above that, the query is searched again twice as deep (the
-    queries still unsettled together: over a scanned index, one read of the file), and past ``STREAM_ROWS`` rows
-    (a tie that long, a query of zeros) scored against every row instead, a block at a time, so memory stays
-    bounded. ``max_row_norm`` is asked after the first search (a scan measures it on the way)."""
+    queries still unsettled together: over a scanned index, one read of the file); past ``STREAM_ROWS`` rows (a
+    tie that long), and at once for a query of zeros (every row ties at 0), it is scored against every row
+    instead, a block at a time, so memory stays bounded. A query that is not finite is an error. ``max_row_norm``
+    is asked after the first search (a scan measures it on the way)."""
     k = min(k, rows)
     if k <= 0:
         return [(np.empty(0, np.float32), np.empty(0, np.int64)) for _ in queries]
+    if not np.isfinite(queries).all():  # faiss returns no rows for such a query: it would get no hits, exit 0
+        raise ValueError(f"query {int(np.argmin(np.isfinite(queries).all(axis=1)))} of the batch has a dense vector "
+                         f"that is not finite (NaN or infinity)")
     found: list = [None] * len(queries)
-    pending, width, bounds = list(range(len(queries))), min(rows, k + max(16, k // 4)), None
+    zeros = [q for q in range(len(queries)) if not queries[q].any()]  # every row ties at 0: nothing settles them
+    pending = [q for q in range(len(queries)) if queries[q].any()]
+    width, bounds = min(rows, k + max(16, k // 4)), None
     while pending and width <= max(STREAM_ROWS, 4 * k):
         scores, ids = search(queries[pending], width)
         if bounds is None:
@@ -70,21 +77,23 @@ def exact_top(search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
                 unsettled.append(q)
             found[q] = (exact, nominated)
         pending, width = unsettled, min(rows, 2 * width)
-    if pending:  # a tie or a zero query past STREAM_ROWS rows: every row scored, a block at a time
-        for q, top in zip(pending, _streamed_top(vectors, queries[pending], k, rows)):
+    streamed = zeros + pending  # a query of zeros, or a tie past STREAM_ROWS rows: every row scored
+    if streamed:
+        for q, top in zip(streamed, _streamed_top(vectors, queries[streamed], k, rows)):
             found[q] = top
     return found
 
 
 def _streamed_top(vectors, queries: np.ndarray, k: int, rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each query's rows reaching its k-th score, every row scored by :func:`dense_scores`, ``STREAM_ROWS`` rows
-    at a time (read once for all the queries), keeping only the rows that can still reach the k-th."""
+    """Each query's rows reaching its k-th score, every row scored by :func:`dense_scores`, ``STREAM_BLOCK_BYTES``
+    of rows at a time (read once for all the queries), keeping only the rows that can still reach the k-th."""
     kept = [(np.empty(0, np.float32), np.empty(0, np.int64)) for _ in queries]
-    for start in range(0, rows, STREAM_ROWS):
-        ids = np.arange(start, min(rows, start + STREAM_ROWS))
-        block = dense_scores(vectors(ids), queries)
+    step = max(1, STREAM_BLOCK_BYTES // (4 * queries.shape[1]))
+    for start in range(0, rows, step):
+        ids = np.arange(start, min(rows, start + step))
+        scored = dense_scores(vectors(ids), queries)
         for q, (scores, rows_kept) in enumerate(kept):
-            scores, rows_kept = np.concatenate([scores, block[q]]), np.concatenate([rows_kept, ids])
+            scores, rows_kept = np.concatenate([scores, scored[q]]), np.concatenate([rows_kept, ids])
             if len(scores) > k:
                 reach = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
                 scores, rows_kept = scores[reach], rows_kept[reach]

@@ -276,3 +276,21 @@ def test_the_dense_index_is_written_chunk_by_chunk_as_faiss_add_writes_it(tmp_pa
     (tmp_path / "wide").mkdir()
     with pytest.raises(IndexMismatchError, match=r"card 't' \(8 dimensions\).*vectors of shape \(4, 9\) for a 8-d"):
         write_dense(tmp_path / "wide", card, iter([(["a"] * 4, np.zeros((4, 9), np.float32))]), 4)
+
+
+def test_a_dense_vector_that_is_not_finite_is_refused_naming_its_document(tmp_path):
+    """A NaN (or a float64 past float32's range, infinite once cast) in a document's vector: no search could rank
+    it, so the merge stops naming the document, not as a width or count mismatch."""
+    from retromae_ir.encode.cards import EncoderCard
+    from retromae_ir.encode.corpus import write_dense
+    from retromae_ir.flat_index import NonFiniteRowError
+
+    card = EncoderCard(name="t", checkpoint="x", kind="cls-dense", dims=4)
+    for bad in (np.nan, 1e39):
+        vectors = np.ones((6, 4))
+        vectors[5, 1] = bad
+        chunks = [(["a", "b", "c"], vectors[:3]), (["d", "e", "f"], vectors[3:])]
+        folder = tmp_path / str(bad)
+        folder.mkdir()
+        with pytest.raises(NonFiniteRowError, match=r"document 'f''s dense vector, .*index: row 5 is not finite"):
+            write_dense(folder, card, iter(chunks), 6)

@@ -141,11 +141,13 @@ def test_another_index_type_keeps_faiss_s_scores_and_searches_a_tie_at_the_cut_a
 
 
 def test_past_stream_rows_a_query_is_scored_against_every_row_a_block_at_a_time(monkeypatch):
-    """A query of zeros ties every row at 0 (its bound is 0: nothing settles it) and a query among near-equal rows:
-    past STREAM_ROWS (32 here) both are scored against all 100 rows, 32 at a time, without a deeper search."""
+    """A query of zeros ties every row at 0 (its bound is 0: nothing settles it), so it is scored against every
+    row at once; a query among near-equal rows is, past STREAM_ROWS (32 here), without a deeper search: both in
+    blocks of STREAM_BLOCK_BYTES (32 rows of 64 floats here), read once for both; a query that settles is not."""
     import retromae_ir.search.dense_top as dense_top
 
     monkeypatch.setattr(dense_top, "STREAM_ROWS", 32)
+    monkeypatch.setattr(dense_top, "STREAM_BLOCK_BYTES", 32 * 4 * 64)
     rng = np.random.default_rng(4)
     base = rng.standard_normal(64).astype(np.float32)
     vectors = np.repeat(base[None], 100, 0)
@@ -163,8 +165,8 @@ def test_past_stream_rows_a_query_is_scored_against_every_row_a_block_at_a_time(
         return vectors[ids]
 
     found = exact_top(search, rows_of, queries, 1, 100, _max_norm(vectors))
-    assert searched == [(3, 17)]
-    assert read == [17, 17, 17, 32, 32, 32, 4]  # the nominees, then the two unsettled queries' blocks
+    assert searched == [(2, 17)]  # not the query of zeros
+    assert read == [17, 17, 32, 32, 32, 4]  # the two others' nominees, then the blocks for the first two
     brute = dense_scores(vectors, queries)
     assert sorted(found[0][1].tolist()) == list(range(100)) and (found[0][0] == 0).all()
     for q, (scores, rows) in enumerate(found):
@@ -177,3 +179,12 @@ def test_an_index_with_vectors_that_are_not_finite_is_an_error():
     vectors = np.random.default_rng(5).standard_normal((40, 8)).astype(np.float32)
     with pytest.raises(ValueError, match="not finite"):
         exact_top(_index(vectors).search, vectors.__getitem__, vectors[:2], 1, 40, lambda: float("nan"))
+
+
+def test_a_query_that_is_not_finite_is_an_error():
+    """faiss returns no rows for it: it would have had no dense hits, exit 0."""
+    vectors = np.random.default_rng(6).standard_normal((40, 8)).astype(np.float32)
+    queries = vectors[:3].copy()
+    queries[1, 4] = np.inf
+    with pytest.raises(ValueError, match="query 1 of the batch has a dense vector that is not finite"):
+        exact_top(_index(vectors).search, vectors.__getitem__, queries, 2, 40, _max_norm(vectors))
