@@ -6,9 +6,11 @@ export PYTHONUNBUFFERED=1
 nvidia-smi -L | tee $OUT/machine.txt
 python3 -c "import torch, transformers, sys; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name())" | tee -a $OUT/machine.txt
 python3 -c "import faiss; print('faiss', faiss.__version__, 'GPUs', faiss.get_num_gpus())" >> $OUT/machine.txt 2>&1 || echo "faiss: not installed" >> $OUT/machine.txt
+# DOCS, ROUNDS, LIMIT: as run here by default (runs/gpu-h200/encode-search.sh sets them otherwise)
 for dt in bf16 fp32; do
-  timeout 250 python3 benchmarks/encode_search.py --corpus .gpu/data/corpus.jsonl --work /tmp/es-$dt --device cuda \
-    --dtype $dt --encode-docs 2000 --rounds 3 --skip precision search sizes > $OUT/encode-search-cuda-$dt.log 2>&1
+  timeout ${LIMIT:-250} python3 benchmarks/encode_search.py --corpus .gpu/data/corpus.jsonl --work /tmp/es-$dt \
+    --device cuda --dtype $dt --encode-docs ${DOCS:-2000} --rounds ${ROUNDS:-3} --skip precision search sizes \
+    > $OUT/encode-search-cuda-$dt.log 2>&1
   echo "$dt rc=$?"; tail -25 $OUT/encode-search-cuda-$dt.log
   cp /tmp/es-$dt/results.json $OUT/encode-search-cuda-$dt.json 2>/dev/null
 done
