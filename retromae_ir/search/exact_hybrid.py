@@ -103,26 +103,29 @@ class ExactHybridSearcher:
         hits. K' is raised to ``k`` where it is lower, so that the candidates can fill ``k`` hits."""
         self.index.check_queries(encoded.dense, encoded.sparse, self.mode)
         depth = max(self.candidates, k)
-        dense_ids = None
+        dense_top = None
         if self.mode == "dense":  # the index's own top k (not capped at K'), ties at the cut by docid as elsewhere
             return [top_hits(scores, self.index.docids, k, ids)
                     for scores, ids in self.index.dense_top(encoded.dense, k)]
-        if self.mode == "hybrid":  # each query's top K' rows, ties at the cut by docid
-            dense_ids = [ids[top_positions(scores, self.index.docids, depth, ids, keep_ties=True)]
-                         for scores, ids in self.index.dense_top(encoded.dense, depth)]
+        if self.mode == "hybrid":  # each query's top K' rows, ties at the cut by docid, with their exact scores
+            dense_top = []
+            for scores, ids in self.index.dense_top(encoded.dense, depth):
+                chosen = top_positions(scores, self.index.docids, depth, ids, keep_ties=True)
+                dense_top.append((ids[chosen], scores[chosen] if self.index.dense_top_is_exact else None))
         sparse = encoded.sparse.tocsr()
 
         def one(b: int):
             start, end = sparse.indptr[b], sparse.indptr[b + 1]
             return self._search_one(encoded.dense[b], sparse.indices[start:end], sparse.data[start:end],
-                                    None if dense_ids is None else dense_ids[b], k, depth)
+                                    None if dense_top is None else dense_top[b], k, depth)
 
         if self.threads == 1 or len(encoded) == 1:
             return [one(b) for b in range(len(encoded))]
         with ThreadPoolExecutor(min(self.threads, len(encoded))) as pool:
             return list(pool.map(one, range(len(encoded))))
 
-    def _search_one(self, dense_query, terms, values, dense_ids, k: int, depth: int):
+    def _search_one(self, dense_query, terms, values, dense_top, k: int, depth: int):
+        """``dense_top``: (rows, their exact dense scores or None) of the query's dense top K' (hybrid mode)."""
         scores = self._accumulator()
         try:
             self.index.store.accumulate(terms, values, scores)
@@ -131,13 +134,27 @@ class ExactHybridSearcher:
                 return top_hits(scores[matched], self.index.docids, k, matched)
             matched = np.flatnonzero(scores > 0)
             top_sparse = matched[top_positions(scores[matched], self.index.docids, depth, matched, keep_ties=True)]
-            cands = np.union1d(dense_ids, top_sparse)
-            # not BLAS: a [2K', d'] matrix-vector product is too small for BLAS's threads, which only contend with
-            # the query threads (8x slower measured on 2 busy cores); and brute force's rounding, row by row
-            exact = dense_scores(self.index.dense_vectors(cands), dense_query[None])[0] + scores[cands]
+            cands = np.union1d(dense_top[0], top_sparse)
+            exact = self._dense_part(dense_query, cands, *dense_top) + scores[cands]
             return top_hits(exact, self.index.docids, k, cands)
         finally:
             self._buffers.put(scores)
+
+    def _dense_part(self, dense_query, cands: np.ndarray, dense_rows: np.ndarray, known) -> np.ndarray:
+        """The dense scores of ``cands`` (sorted), row by row as brute force: those of ``dense_rows`` as ``known``
+        (already scored so by ``HybridIndex.dense_top``: their rows are not read again, which over a scanned index
+        is a read from disk each), the others' now. Not BLAS: a [2K', d'] matrix-vector product is too small for
+        BLAS's threads, which only contend with the query threads (8x slower measured on 2 busy cores)."""
+        if known is None:
+            return dense_scores(self.index.dense_vectors(cands), dense_query[None])[0]
+        part = np.empty(len(cands), np.float32)
+        at = np.searchsorted(cands, dense_rows)
+        part[at] = known
+        rest = np.ones(len(cands), bool)
+        rest[at] = False
+        if rest.any():
+            part[rest] = dense_scores(self.index.dense_vectors(cands[rest]), dense_query[None])[0]
+        return part
 
     def _accumulator(self) -> np.ndarray:
         try:

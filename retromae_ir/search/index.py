@@ -169,6 +169,11 @@ class HybridIndex:
         scores, rows = (self._scan or self.faiss_index).search(padded, k)
         return scores[:len(queries)], rows[:len(queries)]
 
+    @property
+    def dense_top_is_exact(self) -> bool:
+        """Whether :meth:`dense_top`'s scores are brute force's (a flat index), not faiss's."""
+        return self._flat is not None
+
     def dense_top(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(scores, rows) of each query holding every row that reaches its k-th score, ties included, unordered
         (rows faiss pads with -1 left out). A flat index's are exact, scored row by row as brute force

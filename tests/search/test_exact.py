@@ -44,6 +44,18 @@ def test_exact_hybrid_equals_brute_force(handful, model, queries, mode):
             assert exact == reference
 
 
+def test_the_dense_top_s_rows_are_read_once_in_hybrid_mode(handful, model, queries, monkeypatch):
+    """Their exact scores from ``dense_top`` are reused, not read and scored again (over a scanned index each row
+    is a read from disk): with every row nominated, the only reads are dense_top's, and the hits stay brute force's."""
+    searcher = ExactHybridSearcher(handful[1], model, mode="hybrid", candidates=1000)
+    read, vectors = [], searcher.index.dense_vectors
+    monkeypatch.setattr(searcher.index, "dense_vectors", lambda rows: read.append(len(rows)) or vectors(rows))
+    hits = searcher.search_encoded(queries, 6)
+    assert read == [len(searcher.index)] * len(queries)
+    brute = BruteForceScorer(searcher.index).search(queries.dense, queries.sparse, 6, "hybrid")
+    assert [[d for d, _ in h] for h in hits] == [[d for d, _ in h] for h in brute]
+
+
 def test_every_candidate_gets_its_exact_score_even_with_few_candidates(handful, model, queries):
     searcher = ExactHybridSearcher(handful[1], model, candidates=1)
     full = BruteForceScorer(searcher.index).scores(queries.dense, queries.sparse)
@@ -182,6 +194,7 @@ def test_documents_tied_at_the_candidate_cut_are_all_nominated(tmp_path):
 
     class Index:
         docids, store, faiss_index = ["a", "b", "c"], OTStore.from_csr(sparse), faiss.IndexFlatIP(2)
+        dense_top_is_exact = True
 
         def __len__(self):
             return 3
