@@ -34,8 +34,8 @@ SCAN_BLOCK_BYTES = 64 << 20
 class NonFiniteRowError(ValueError):
     """A row with NaN or infinity: no search could rank it (``row``: its number in the index)."""
 
-    def __init__(self, row: int, path):
-        super().__init__(f"{path}: row {row} is not finite (NaN or infinity): no search could rank it")
+    def __init__(self, row: int, where):
+        super().__init__(f"{where}: row {row} is not finite (NaN or infinity): no search could rank it")
         self.row = row
 
 
@@ -251,7 +251,7 @@ class FlatScan:
                     pending = reader.submit(self._read, start + self.block_rows, buffers[(number + 1) % 2])
                 scores, rows = faiss.knn(queries, block, min(k, len(block)), faiss.METRIC_INNER_PRODUCT)
                 best.add_result(scores, np.where(rows >= 0, rows + start, -1))
-                largest = float(np.maximum(largest, np.einsum("ij,ij->i", block, block).max()))  # NaN stays
+                largest = float(np.maximum(largest, largest_squared_norm(block)))  # NaN stays NaN
         best.finalize()
         self.max_row_norm = float(np.sqrt(largest))
         return best.D, best.I
@@ -294,6 +294,11 @@ class FlatScan:
                 raise ValueError(f"{self.path} ends at byte {position + done}: shorter than its {self.rows} rows")
             done += got
         return done
+
+
+def largest_squared_norm(rows: np.ndarray) -> float:
+    """The largest squared norm of ``rows`` [n >= 1, d] (NaN where a row holds one: a bound must not skip it)."""
+    return float(np.einsum("ij,ij->i", rows, rows).max())
 
 
 def _reopen(file) -> int:

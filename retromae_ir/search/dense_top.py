@@ -57,8 +57,9 @@ def exact_top(search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
         raise ValueError(f"query {int(np.argmin(np.isfinite(queries).all(axis=1)))} of the batch has a dense vector "
                          f"that is not finite (NaN or infinity)")
     found: list = [None] * len(queries)
-    zeros = [q for q in range(len(queries)) if not queries[q].any()]  # every row ties at 0: nothing settles them
-    pending = [q for q in range(len(queries)) if queries[q].any()]
+    nonzero = queries.any(axis=1)
+    zeros = np.flatnonzero(~nonzero).tolist()  # every row ties at 0 for them: no bound settles them
+    pending = np.flatnonzero(nonzero).tolist()
     width, bounds = min(rows, k + max(16, k // 4)), None
     while pending and width <= max(STREAM_ROWS, 4 * k):
         scores, ids = search(queries[pending], width)

@@ -23,7 +23,8 @@ import numpy as np
 from retromae_ir.data.docids import DocidTable
 from retromae_ir.encode.cards import EncoderCard, load_card
 from retromae_ir.encode.manifest import MANIFEST, IndexMismatchError, check_card, manifest_text
-from retromae_ir.flat_index import blas_rows, blas_sized, flat_view, read_index, scan_if_too_big
+from retromae_ir.flat_index import (blas_rows, blas_sized, flat_view, largest_squared_norm, read_index,
+                                    scan_if_too_big)
 from retromae_ir.io import check_unchanged
 from retromae_ir.search.dense_top import exact_top
 from retromae_ir.search.ot_store import STORE, VERSION, OTStore, StoreFormatError
@@ -200,9 +201,8 @@ class HybridIndex:
         if self._scan is not None:
             return self._scan.max_row_norm
         if self._norm is None:
-            self._norm = float(np.sqrt(np.max([np.einsum("ij,ij->i", block, block).max()  # NaN stays NaN
-                                               for block in (self._flat[start:start + 65536]
-                                                             for start in range(0, len(self._flat), 65536))])))
+            self._norm = float(np.sqrt(np.max([largest_squared_norm(self._flat[start:start + 65536])  # NaN stays
+                                               for start in range(0, len(self._flat), 65536)])))
         return self._norm
 
     def dense_vectors(self, rows: np.ndarray) -> np.ndarray:
