@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from retromae_ir.cli import Repeatable
+from retromae_ir.encode import fused_max_pool
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -83,7 +84,9 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
     cuBLAS on a GPU; square, ``size``) and, on a CPU, an ``nn.Linear`` of ``size`` x ``size`` over ``size / 2``
     rows frozen into ``torch.compile`` (inductor pre-packs its weight for oneDNN) and through OpenVINO
     (``--compile openvino``). MKL's and oneDNN's differ by 2x on AMD's AVX-512 EPYC (about 220 and 490 GFLOP/s
-    fp32 on 2 cores), so a ceiling from ``a @ b`` alone is no ceiling there: the compiled encoders exceed it."""
+    fp32 on 2 cores), so a ceiling from ``a @ b`` alone is no ceiling there: the compiled encoders exceed it. In
+    fp32, where DupMAE's OT head runs on our fused kernel, that kernel's square product too: it ran the head above
+    MKL's square product on an AVX2 EPYC (runs/ot-kernel/)."""
     torch.set_num_threads(threads)
     size = size or (8192 if torch.device(device).type == "cuda" else 2048)
     out = {}
@@ -100,8 +103,19 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
                 out[name]["oneDNN (frozen torch.compile Linear)"] = gflops(lambda: packed(rows), size ** 3, device,
                                                                             seconds)
             out[name]["OpenVINO Linear"] = gflops(openvino_linear(linear, rows), size ** 3, device, seconds)
+            if name == "fp32" and fused_max_pool.chosen_here():  # our own product: it outran MKL's at the OT head
+                out[name]["fused OT kernel"] = gflops(fused_kernel_product(a, b), 2 * size ** 3, device, seconds)
         del a, b
     return out
+
+
+def fused_kernel_product(a: torch.Tensor, b: torch.Tensor):
+    """A call of the fused OT kernel (:mod:`retromae_ir.encode.fused_max_pool`) on the square product ``a`` x
+    ``b``, every row one document's (the max over rows then costs one comparison per product row and column)."""
+    from retromae_ir.encode.packed_linear import PackedLinear
+
+    decoder, owner = PackedLinear(b.T.contiguous()), torch.zeros(a.shape[0], dtype=torch.int64)
+    return lambda: fused_max_pool.fused_max_pool(a, decoder, owner, 1)
 
 
 def openvino_linear(linear: torch.nn.Linear, rows: torch.Tensor):

@@ -21,22 +21,17 @@ or ``$CC``), which ``--compile`` needs anyway. The library goes to ``$RETROMAE_I
 from __future__ import annotations
 
 import argparse
-import hashlib
-import os
-import shlex
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
+from retromae_ir.c_library import build_library, library_name
 from retromae_ir.cli import add_debug_flag, command
 from retromae_ir.io import cache_dir
 
 SOURCE = "/* MKL's CPU-vendor check, answered 'Intel': see retromae_ir/mkl_shim.py */\n" \
          "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
 STEM = "libretromae_ir_mkl_intel_cpu_true"
-# the source's digest in the name: a library built from another version's source is never taken for this one's
-LIBRARY = f"{STEM}-{hashlib.sha256(SOURCE.encode()).hexdigest()[:12]}.so"
+FLAGS = ("-O2",)
+LIBRARY = library_name(STEM, SOURCE, FLAGS)
 CACHE_PART = "mkl_shim"
 PRELOAD_SEPARATORS = frozenset(" \t\n:")
 
@@ -48,22 +43,7 @@ def build(folder: Path | None = None) -> Path:
     if PRELOAD_SEPARATORS & set(str(target.absolute())):
         raise ValueError(f"{target.absolute()} holds a space or a colon, which LD_PRELOAD reads as a separator: "
                          "give --cache-dir (or RETROMAE_IR_CACHE) a folder without them")
-    if target.is_file():
-        return target
-    compiler = shlex.split(os.environ.get("CC") or "cc")  # CC may carry a launcher or flags: "ccache gcc"
-    if not compiler or shutil.which(compiler[0]) is None:
-        raise FileNotFoundError(f"no C compiler {os.environ.get('CC') or 'cc'!r} on PATH to build {target} "
-                                "(install gcc or set CC)")
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".mkl_shim.") as work:
-        source, library = Path(work) / "shim.c", Path(work) / LIBRARY
-        source.write_text(SOURCE)
-        done = subprocess.run([*compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise ValueError(f"{shlex.join(compiler)} could not build {target}: {done.stderr.strip()}")
-        os.replace(library, target)  # atomic: a concurrent build or a reader sees the whole library or none
-    return target
+    return build_library(SOURCE, target, FLAGS)
 
 
 def loaded() -> bool:

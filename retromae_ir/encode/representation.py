@@ -25,6 +25,7 @@ from typing import Sequence
 
 import torch
 
+from retromae_ir.encode.fused_max_pool import fused_max_pool
 from retromae_ir.encode.packed_linear import PackedLinear, output_slices
 
 ENCODING_VERSION = 1
@@ -112,7 +113,9 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     its full height; each document's part of a tile is reduced with ``amax`` into its row
     (``index_reduce_(..., "amax")`` over a tile of more than :data:`SEGMENT_LOOP` documents, or of more than one
     off the CPU). Another head, or an int8-quantised
-    decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way.
+    decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way. With ``rows``
+    None, encoding's fp32 decoder (:class:`PackedLinear`) on an AVX2 CPU runs untiled on the fused kernel of
+    :mod:`retromae_ir.encode.fused_max_pool`, which writes no logits at all.
 
     Equal to :func:`max_pool_logits_naive` up to the matmuls' summation order (tests/encode/test_ot_maxpool.py
     checks values and gradients), except under int8: dynamic quantisation scales the activations per input tensor,
@@ -124,7 +127,8 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     """
     if rows is not None and rows < 1 or vocab_tile < 1:
         raise ValueError(f"rows and vocab_tile must be positive, got {rows} and {vocab_tile}")
-    if rows is None and padded_head_is_faster(hidden):
+    tiling_free = rows is None  # no tiling asked for: a route that does not tile may run
+    if tiling_free and padded_head_is_faster(hidden):
         return max_pool_logits_naive(lm_head, hidden, token_mask)
     rows = rows or (CPU_ROWS if hidden.device.type == "cpu" else ACCELERATOR_ROWS)
     batch = hidden.shape[0]
@@ -144,6 +148,9 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
         trainable = [transformed, decoder.weight] + ([] if decoder.bias is None else [decoder.bias])
         if torch.is_grad_enabled() and any(t.requires_grad for t in trainable):
             return _TiledMaxPool.apply(transformed, decoder.weight, decoder.bias, owner, counts, rows, vocab_tile)
+        fused = fused_max_pool(transformed, decoder, owner, batch) if tiling_free else None
+        if fused is not None:
+            return fused
         return _tiled_max(transformed, _decoder_tiles(decoder, vocab_tile), owner, counts, rows)
 
 

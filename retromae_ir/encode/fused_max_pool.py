@@ -1,0 +1,157 @@
+"""DupMAE's OT max-pool at inference on an AVX2 CPU: one hand-written kernel (``ot_kernel.c``) that computes the
+decoder's products and keeps each document's running max in its epilogue, never writing logits.
+
+Why a kernel of our own: issue #12 asks for a DupMAE pass at 85% of the fp32 matmul ceiling, and no library route
+for the head comes near it on an AVX2 CPU: oneDNN's pre-packed product on 256-row x 4,096-entry tiles, then an
+``amax`` per document, ran at 0.82-0.91 of the ceiling where this kernel ran at 1.00-1.07 (1.13-1.21x; 2-core AVX2
+EPYC, ``benchmarks/ot_kernel.py``, runs/ot-kernel/). It is a 6 x 16 register block over the whole depth (384),
+vocabulary panels outermost so that a panel's weights stay in the L1 cache while every row streams past, the
+panels split between threads (ctypes releases the GIL).
+
+Where it runs: :func:`retromae_ir.encode.representation.max_pool_logits` asks :func:`fused_max_pool` first, with
+no tiling asked for, and it takes a :class:`~retromae_ir.encode.packed_linear.PackedLinear` decoder (encoding
+only: training keeps its route, whose graph-less passes must round as its graph pass does), fp32 rows, all
+finite, on a CPU whose PyTorch capability is AVX2 exactly (:data:`CHOSEN_ON`). On an AVX-512 CPU oneDNN's
+AVX-512 kernels ran the head near the ceiling already (0.95 on AMD's AVX-512 EPYC) and this kernel was not
+measured there, so the tiles stay. Without a C compiler, on another architecture, or with
+``RETROMAE_IR_OT_KERNEL=0``, the tiles run too; the reason is logged once. The pooled logits equal the tiles' up
+to the products' summation order (tests/encode/test_fused_max_pool.py; equal to the bit in runs/ot-kernel/).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import platform
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from retromae_ir.c_library import build_library, library_name
+from retromae_ir.encode.packed_linear import PackedLinear
+from retromae_ir.io import cache_dir
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("ot_kernel.c")
+FLAGS = ("-O3", "-mavx2", "-mfma")
+CACHE_PART = "kernels"
+SWITCH_ENV = "RETROMAE_IR_OT_KERNEL"  # "0": never this kernel
+RUNS_ON = ("AVX2", "AVX512")  # PyTorch CPU capabilities that have AVX2 and FMA: the kernel can run
+CHOSEN_ON = ("AVX2",)  # where it replaces the tiled route (measured faster there; not measured on AVX-512)
+
+
+@functools.cache
+def kernel() -> ctypes.CDLL | None:
+    """The compiled kernel (built into ``$RETROMAE_IR_CACHE/kernels`` on first use), or None where it cannot run
+    here; why not is logged once."""
+    reason = _unusable_here()
+    if reason is None:
+        source = SOURCE.read_text()
+        try:
+            path = build_library(source, cache_dir(CACHE_PART) / library_name("ot_kernel", source, FLAGS), FLAGS)
+            library = ctypes.CDLL(str(path))
+        except (OSError, ValueError) as error:  # FileNotFoundError (no compiler) is an OSError
+            reason = f"it could not be built or loaded ({error})"
+        else:
+            _declare(library)
+            logger.info("DupMAE's OT head runs on the fused AVX2 kernel %s", path)
+            return library
+    logger.info("DupMAE's OT head runs on oneDNN's tiles: the fused kernel is off because %s", reason)
+    return None
+
+
+def chosen_here() -> bool:
+    """Whether DupMAE's OT head runs on this kernel in this process (when its decoder is packed, in fp32)."""
+    return torch.backends.cpu.get_cpu_capability() in CHOSEN_ON and kernel() is not None
+
+
+def _unusable_here() -> str | None:
+    if os.environ.get(SWITCH_ENV, "1") == "0":
+        return f"{SWITCH_ENV}=0"
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"this is a {platform.machine()} machine, not x86-64"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in RUNS_ON:
+        return f"PyTorch's CPU capability here is {capability}, without AVX2"
+    return None
+
+
+def _declare(library: ctypes.CDLL) -> None:
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    library.ot_max_pool.argtypes = [pointer, size, size, pointer, size, size, pointer, pointer, size]
+    library.ot_max_pool.restype = None
+    library.ot_kernel_mr.restype = library.ot_kernel_nr.restype = ctypes.c_int
+
+
+def fused_max_pool(transformed: torch.Tensor, decoder, owner: torch.Tensor, documents: int) -> torch.Tensor | None:
+    """[documents, V]: max over each document's rows of ``decoder(transformed)`` (``owner``: the document of each
+    row, documents in order; a document without rows gets -inf), or None where this kernel does not apply (see the
+    module's docstring), and the caller's tiled route runs instead."""
+    if not (isinstance(decoder, PackedLinear) and transformed.device.type == "cpu"
+            and transformed.dtype == decoder.weight.dtype == torch.float32 and chosen_here()):
+        return None
+    if not bool(torch.isfinite(transformed).all()):  # NaN: the tiled route's amax keeps it; the kernel's max not
+        return None
+    library = kernel()
+    mr, nr = library.ot_kernel_mr(), library.ot_kernel_nr()
+    panels = _weight_panels(decoder, nr)
+    rows, depth = transformed.shape
+    packed_rows = _panels(transformed, mr)
+    owner = owner.to(torch.int64).contiguous()
+    stride = panels.shape[0] * nr
+    out = torch.full((documents, stride), float("-inf"))
+    args = (packed_rows.data_ptr(), rows, depth, panels.data_ptr())
+    tail = (owner.data_ptr(), out.data_ptr(), stride)
+    ranges = _split(panels.shape[0], torch.get_num_threads())
+    if len(ranges) == 1:
+        library.ot_max_pool(*args, *ranges[0], *tail)
+    else:
+        list(_pool(len(ranges)).map(lambda span: library.ot_max_pool(*args, *span, *tail), ranges))
+    pooled = out[:, :decoder.out_features]
+    return pooled + decoder.bias if decoder.bias is not None else pooled.contiguous()
+
+
+def _panels(matrix: torch.Tensor, width: int) -> torch.Tensor:
+    """[ceil(n / width), depth, width]: ``matrix``'s rows in panels of ``width``, zero past the last row (the
+    layout the kernel reads: one panel's ``width`` values of each depth index side by side)."""
+    rows, depth = matrix.shape
+    padded = torch.zeros(-(-rows // width) * width, depth, dtype=matrix.dtype)
+    padded[:rows] = matrix
+    return padded.view(-1, width, depth).transpose(1, 2).contiguous()
+
+
+_PANELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _weight_panels(decoder: PackedLinear, width: int) -> torch.Tensor:
+    """The decoder's weight in the kernel's panels, made on first use and kept with the decoder (like its oneDNN
+    packing, it does not follow later changes to the weight)."""
+    if decoder not in _PANELS:
+        _PANELS[decoder] = _panels(decoder.weight.detach(), width)
+    return _PANELS[decoder]
+
+
+def _split(panels: int, threads: int) -> list[tuple[int, int]]:
+    """Contiguous ranges of panels, one a thread, as even as whole panels allow."""
+    threads = max(1, min(threads, panels))
+    bounds = [panels * part // threads for part in range(threads + 1)]
+    return [(begin, end) for begin, end in zip(bounds, bounds[1:]) if end > begin]
+
+
+_POOL_LOCK = threading.Lock()
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """A pool of ``threads`` workers of this process: a forked child gets its own (an executor inherited through
+    fork counts its parent's idle workers, which the child does not have, and would never run the calls)."""
+    key = (os.getpid(), threads)
+    with _POOL_LOCK:
+        if key not in _POOLS:
+            _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="ot-kernel")
+        return _POOLS[key]
