@@ -8,14 +8,15 @@ EPYC, ``benchmarks/ot_kernel.py``, runs/ot-kernel/). It is a 6 x 16 register blo
 vocabulary panels outermost so that a panel's weights stay in the L1 cache while every row streams past, the
 panels split between threads (ctypes releases the GIL).
 
-Where it runs: :func:`retromae_ir.encode.representation.max_pool_logits` asks :func:`fused_max_pool` first, with
-no tiling asked for, and it takes a :class:`~retromae_ir.encode.packed_linear.PackedLinear` decoder (encoding
-only: training keeps its route, whose graph-less passes must round as its graph pass does), fp32 rows, all
-finite, on a CPU whose PyTorch capability is AVX2 exactly (:data:`CHOSEN_ON`). On an AVX-512 CPU oneDNN's
-AVX-512 kernels ran the head near the ceiling already (0.95 on AMD's AVX-512 EPYC) and this kernel was not
-measured there, so the tiles stay. Without a C compiler, on another architecture, or with
-``RETROMAE_IR_OT_KERNEL=0``, the tiles run too; the reason is logged once. The pooled logits equal the tiles' up
-to the products' summation order (tests/encode/test_fused_max_pool.py; equal to the bit in runs/ot-kernel/).
+Where it runs: :func:`retromae_ir.encode.representation.max_pool_logits` asks :func:`fused_max_pool` first when
+no tiling is asked for, and it takes encoding's decoder: a :class:`~retromae_ir.encode.packed_linear.PackedLinear`
+(``--compile``) or an ``nn.Linear`` in inference mode (eager encoding; training's graph-less passes run under
+``no_grad`` and keep the tiles, rounding as its graph pass does), fp32 rows, all finite, on a CPU whose PyTorch
+capability is AVX2 exactly (:data:`CHOSEN_ON`). On an AVX-512 CPU oneDNN's AVX-512 kernels ran the head near the
+ceiling already (0.95 on AMD's AVX-512 EPYC) and this kernel was not measured there, so the tiles stay. Without a
+C compiler, on another architecture, or with ``RETROMAE_IR_OT_KERNEL=0``, the tiles run too; the reason is logged
+once. The pooled logits equal the tiles' up to the products' summation order (tests/encode/test_fused_max_pool.py;
+equal to the bit in runs/ot-kernel/).
 """
 from __future__ import annotations
 
@@ -92,17 +93,20 @@ def fused_max_pool(transformed: torch.Tensor, decoder, owner: torch.Tensor, docu
     """[documents, V]: max over each document's rows of ``decoder(transformed)`` (``owner``: the document of each
     row, documents in order; a document without rows gets -inf), or None where this kernel does not apply (see the
     module's docstring), and the caller's tiled route runs instead."""
-    if not (isinstance(decoder, PackedLinear) and transformed.device.type == "cpu"
-            and transformed.dtype == decoder.weight.dtype == torch.float32 and chosen_here()):
+    encoding = isinstance(decoder, PackedLinear) or (type(decoder) is torch.nn.Linear
+                                                     and torch.is_inference_mode_enabled())
+    fp32 = transformed.dtype == decoder.weight.dtype == torch.float32
+    if not (encoding and fp32 and transformed.device.type == "cpu" and chosen_here()):
         return None
     if not bool(torch.isfinite(transformed).all()):  # NaN: the tiled route's amax keeps it; the kernel's max not
         return None
+    rows, depth = transformed.shape
+    owner = owner.to(torch.int64).contiguous()
+    _check_shapes(rows, depth, decoder, owner, documents)  # the kernel trusts them: an error here, not a stray write
     library = kernel()
     mr, nr = library.ot_kernel_mr(), library.ot_kernel_nr()
     panels = _weight_panels(decoder, nr)
-    rows, depth = transformed.shape
     packed_rows = _panels(transformed, mr)
-    owner = owner.to(torch.int64).contiguous()
     stride = panels.shape[0] * nr
     out = torch.full((documents, stride), float("-inf"))
     args = (packed_rows.data_ptr(), rows, depth, panels.data_ptr())
@@ -114,6 +118,15 @@ def fused_max_pool(transformed: torch.Tensor, decoder, owner: torch.Tensor, docu
         list(_pool(len(ranges)).map(lambda span: library.ot_max_pool(*args, *span, *tail), ranges))
     pooled = out[:, :decoder.out_features]
     return pooled + decoder.bias if decoder.bias is not None else pooled.contiguous()
+
+
+def _check_shapes(rows: int, depth: int, decoder, owner: torch.Tensor, documents: int) -> None:
+    if depth != decoder.in_features:
+        raise ValueError(f"rows of width {depth} for a decoder of {decoder.in_features} inputs")
+    if owner.shape != (rows,):
+        raise ValueError(f"owner has shape {tuple(owner.shape)}, not one document for each of the {rows} rows")
+    if rows and not (0 <= int(owner.min()) and int(owner.max()) < documents):
+        raise ValueError(f"owner names documents {int(owner.min())}-{int(owner.max())}, outside 0-{documents - 1}")
 
 
 def _panels(matrix: torch.Tensor, width: int) -> torch.Tensor:
@@ -128,12 +141,20 @@ def _panels(matrix: torch.Tensor, width: int) -> torch.Tensor:
 _PANELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _weight_panels(decoder: PackedLinear, width: int) -> torch.Tensor:
-    """The decoder's weight in the kernel's panels, made on first use and kept with the decoder (like its oneDNN
-    packing, it does not follow later changes to the weight)."""
-    if decoder not in _PANELS:
-        _PANELS[decoder] = _panels(decoder.weight.detach(), width)
-    return _PANELS[decoder]
+def _weight_panels(decoder, width: int) -> torch.Tensor:
+    """The decoder's weight in the kernel's panels, kept with the decoder while its weight is the same tensor at
+    the same version: an optimizer step between two encodings (fine-tuning's mining, an evaluation mid-training)
+    changes the weight in place, and panels of the old weight would give the old model's vectors without a word.
+    A weight without a version counter (made in inference mode) is packed again every call."""
+    weight = decoder.weight.detach()
+    try:
+        key = (weight.data_ptr(), weight._version, width)
+    except RuntimeError:  # an inference tensor has no version counter
+        return _panels(weight, width)
+    held = _PANELS.get(decoder)
+    if held is None or held[0] != key:
+        held = _PANELS[decoder] = (key, _panels(weight, width))
+    return held[1]
 
 
 def _split(panels: int, threads: int) -> list[tuple[int, int]]:

@@ -100,7 +100,10 @@ def test_not_for_training_other_precisions_or_rows_that_are_not_finite(runs_here
     layer, counts = decoder(100, 8), [3]
     rows = torch.randn(3, 8)
     linear = torch.nn.Linear(8, 100)  # training's decoder: its graph-less passes must round as its graph pass
-    assert fused.fused_max_pool(rows, linear, owners(counts), 1) is None
+    with torch.no_grad():
+        assert fused.fused_max_pool(rows, linear, owners(counts), 1) is None
+    with torch.inference_mode():  # eager encoding's
+        assert fused.fused_max_pool(rows, linear, owners(counts), 1) is not None
     assert fused.fused_max_pool(rows.double(), layer, owners(counts), 1) is None
     rows[1, 2] = float("nan")  # the tiled route's amax keeps the NaN; the kernel's max would drop it
     assert fused.fused_max_pool(rows, layer, owners(counts), 1) is None
@@ -202,3 +205,28 @@ def test_a_forked_child_runs_it_on_threads_of_its_own(runs_here):
         child.kill()
     assert not hung and child.exitcode == 0
     assert torch.equal(torch.tensor(queue.get(timeout=10)), parent)
+
+
+@pytest.mark.parametrize("width, owner, documents, message", [
+    (9, [0, 0, 1], 2, "rows of width 9 for a decoder of 8 inputs"),
+    (8, [0, 1], 2, r"owner has shape \(2,\), not one document for each of the 3 rows"),
+    (8, [0, 1, 2], 2, "owner names documents 0-2, outside 0-1"),
+    (8, [-1, 0, 0], 2, "owner names documents -1-0, outside 0-1")])
+def test_shapes_the_kernel_would_read_or_write_past_are_refused(runs_here, width, owner, documents, message):
+    with pytest.raises(ValueError, match=message):
+        fused.fused_max_pool(torch.randn(3, width), decoder(40, 8), torch.tensor(owner), documents)
+
+
+def test_a_weight_changed_in_place_is_packed_again(runs_here):
+    """Fine-tuning mines with the model it trains: panels of the weight before an optimizer step would give the
+    old model's vectors."""
+    linear, owner = torch.nn.Linear(16, 200), owners([5])
+    rows = torch.randn(5, 16)
+    with torch.inference_mode():
+        before = fused.fused_max_pool(rows, linear, owner, 1)
+    with torch.no_grad():
+        linear.weight.mul_(-2.0)  # in place, as an optimizer step
+    with torch.inference_mode():
+        after = fused.fused_max_pool(rows, linear, owner, 1)
+    torch.testing.assert_close(after, (rows @ linear.weight.T + linear.bias).amax(0, keepdim=True))
+    assert not torch.allclose(before, after)
