@@ -12,10 +12,15 @@ from pathlib import Path
 
 
 def library_name(stem: str, source: str, flags: tuple[str, ...]) -> str:
-    """``<stem>-<digest>.so``: the source's and the flags' digest in the name, so a library built from another
-    version's source (or with other flags) is never taken for this one's."""
-    digest = hashlib.sha256("\0".join((source, *flags)).encode()).hexdigest()[:12]
+    """``<stem>-<digest>.so``: the digest of the source, the flags and the compiler's command (``$CC``) in the
+    name, so a library built from another version's source, with other flags or by another compiler is never
+    taken for this one's (an upgraded compiler of the same name is not told apart)."""
+    digest = hashlib.sha256("\0".join((source, *flags, compiler_command())).encode()).hexdigest()[:12]
     return f"{stem}-{digest}.so"
+
+
+def compiler_command() -> str:
+    return os.environ.get("CC") or "cc"
 
 
 def build_library(source: str, target: Path, flags: tuple[str, ...] = ("-O2",)) -> Path:
@@ -25,9 +30,9 @@ def build_library(source: str, target: Path, flags: tuple[str, ...] = ("-O2",)) 
     target = Path(target)
     if target.is_file():
         return target
-    compiler = shlex.split(os.environ.get("CC") or "cc")  # CC may carry a launcher or flags: "ccache gcc"
+    compiler = shlex.split(compiler_command())  # CC may carry a launcher or flags: "ccache gcc"
     if not compiler or shutil.which(compiler[0]) is None:
-        raise FileNotFoundError(f"no C compiler {os.environ.get('CC') or 'cc'!r} on PATH to build {target} "
+        raise FileNotFoundError(f"no C compiler {compiler_command()!r} on PATH to build {target} "
                                 "(install gcc or set CC)")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.stem}.") as work:

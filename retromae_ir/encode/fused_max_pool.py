@@ -27,7 +27,7 @@ import os
 import platform
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import torch
@@ -95,17 +95,18 @@ def fused_max_pool(transformed: torch.Tensor, decoder, owner: torch.Tensor, docu
     module's docstring), and the caller's tiled route runs instead."""
     encoding = isinstance(decoder, PackedLinear) or (type(decoder) is torch.nn.Linear
                                                      and torch.is_inference_mode_enabled())
-    fp32 = transformed.dtype == decoder.weight.dtype == torch.float32
+    fp32 = transformed.dtype == decoder.weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
     if not (encoding and fp32 and transformed.device.type == "cpu" and chosen_here()):
-        return None
-    if not bool(torch.isfinite(transformed).all()):  # NaN: the tiled route's amax keeps it; the kernel's max not
         return None
     rows, depth = transformed.shape
     owner = owner.to(torch.int64).contiguous()
     _check_shapes(rows, depth, decoder, owner, documents)  # the kernel trusts them: an error here, not a stray write
     library = kernel()
     mr, nr = library.ot_kernel_mr(), library.ot_kernel_nr()
-    panels = _weight_panels(decoder, nr)
+    panels, weight_finite = _weight_panels(decoder, nr)
+    # a NaN or an infinity: the tiled route's amax keeps a NaN, where the kernel's max could drop it
+    if not (weight_finite and bool(torch.isfinite(transformed).all())):
+        return None
     packed_rows = _panels(transformed, mr)
     stride = panels.shape[0] * nr
     out = torch.full((documents, stride), float("-inf"))
@@ -115,7 +116,7 @@ def fused_max_pool(transformed: torch.Tensor, decoder, owner: torch.Tensor, docu
     if len(ranges) == 1:
         library.ot_max_pool(*args, *ranges[0], *tail)
     else:
-        list(_pool(len(ranges)).map(lambda span: library.ot_max_pool(*args, *span, *tail), ranges))
+        _run_all(_pool(len(ranges)), [lambda span=span: library.ot_max_pool(*args, *span, *tail) for span in ranges])
     pooled = out[:, :decoder.out_features]
     return pooled + decoder.bias if decoder.bias is not None else pooled.contiguous()
 
@@ -141,20 +142,22 @@ def _panels(matrix: torch.Tensor, width: int) -> torch.Tensor:
 _PANELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _weight_panels(decoder, width: int) -> torch.Tensor:
-    """The decoder's weight in the kernel's panels, kept with the decoder while its weight is the same tensor at
-    the same version: an optimizer step between two encodings (fine-tuning's mining, an evaluation mid-training)
-    changes the weight in place, and panels of the old weight would give the old model's vectors without a word.
-    A weight without a version counter (made in inference mode) is packed again every call."""
-    weight = decoder.weight.detach()
+def _weight_panels(decoder, width: int) -> tuple[torch.Tensor, bool]:
+    """The decoder's weight in the kernel's panels, and whether every weight is finite. Kept with the decoder while
+    its weight is the same tensor at the same version: an optimizer step between two encodings (fine-tuning's
+    mining, an evaluation mid-training) changes the weight in place, and panels of the old weight would give the
+    old model's vectors without a word. (A write through ``.data`` bumps no version; nothing here writes so.) A
+    weight without a version counter (made in inference mode) is packed again every call."""
+    weight = decoder.weight
     try:
-        key = (weight.data_ptr(), weight._version, width)
+        version = weight._version
     except RuntimeError:  # an inference tensor has no version counter
-        return _panels(weight, width)
+        return _panels(weight.detach(), width), bool(torch.isfinite(weight).all())
     held = _PANELS.get(decoder)
-    if held is None or held[0] != key:
-        held = _PANELS[decoder] = (key, _panels(weight, width))
-    return held[1]
+    if held is None or held[0] is not weight or held[1:3] != (version, width):  # held[0]: the tensor, kept alive
+        panels = _panels(weight.detach(), width)
+        held = _PANELS[decoder] = (weight, version, width, panels, bool(torch.isfinite(weight).all()))
+    return held[3], held[4]
 
 
 def _split(panels: int, threads: int) -> list[tuple[int, int]]:
@@ -164,15 +167,35 @@ def _split(panels: int, threads: int) -> list[tuple[int, int]]:
     return [(begin, end) for begin, end in zip(bounds, bounds[1:]) if end > begin]
 
 
+def _run_all(pool: ThreadPoolExecutor, calls: list) -> None:
+    """Run ``calls`` on ``pool`` and return once every one has ended, even when the wait is interrupted (Ctrl-C):
+    the kernel writes through raw pointers into tensors the caller would free on the way out."""
+    futures = [pool.submit(call) for call in calls]
+    try:
+        for future in futures:
+            future.result()
+    finally:
+        wait(futures)
+
+
 _POOL_LOCK = threading.Lock()
-_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
-    """A pool of ``threads`` workers of this process: a forked child gets its own (an executor inherited through
-    fork counts its parent's idle workers, which the child does not have, and would never run the calls)."""
-    key = (os.getpid(), threads)
+    """A pool of ``threads`` workers, started on first use."""
     with _POOL_LOCK:
-        if key not in _POOLS:
-            _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="ot-kernel")
-        return _POOLS[key]
+        if threads not in _POOLS:
+            _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="ot-kernel")
+        return _POOLS[threads]
+
+
+def _forget_pools_in_child() -> None:
+    """After fork: the parent's workers are not in the child, yet an inherited executor counts them idle and would
+    never run a call; the lock may have been held by a thread that is not there either."""
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()
+    _POOLS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)

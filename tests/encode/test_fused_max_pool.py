@@ -85,13 +85,14 @@ def test_max_pool_logits_takes_it_for_a_packed_decoder_and_gives_the_tiled_value
     """Encoding's packed decoder without a tiling asked for runs on the kernel; the tiled route (rows given) agrees
     to rounding and in every document's top 20."""
     head, hidden, mask = mlm_head
-    calls = []
-    monkeypatch.setattr(fused, "kernel", lambda original=fused.kernel: calls.append(1) or original())
+    library, calls = fused.kernel(), []
+    kernel_call = library.ot_max_pool
+    monkeypatch.setattr(library, "ot_max_pool", lambda *args: calls.append(args) or kernel_call(*args))
     with torch.inference_mode():
         pooled = max_pool_logits(head, hidden, mask)
-        asked = len(calls)
+        ran = len(calls)
         tiled = max_pool_logits(head, hidden, mask, rows=CPU_ROWS)
-    assert asked > 0 and len(calls) == asked  # the rows given kept the second call off the kernel
+    assert ran > 0 and len(calls) == ran  # the rows given kept the second call off the kernel
     torch.testing.assert_close(pooled, tiled, atol=1e-5, rtol=1e-5)
     assert torch.equal(pooled.topk(20).indices.sort().values, tiled.topk(20).indices.sort().values)
 
@@ -105,8 +106,22 @@ def test_not_for_training_other_precisions_or_rows_that_are_not_finite(runs_here
     with torch.inference_mode():  # eager encoding's
         assert fused.fused_max_pool(rows, linear, owners(counts), 1) is not None
     assert fused.fused_max_pool(rows.double(), layer, owners(counts), 1) is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # fp32 rows under autocast: the tiles would run bf16
+        assert fused.fused_max_pool(rows, layer, owners(counts), 1) is None
+    broken = decoder(100, 8)
+    broken.weight[7, 3] = float("inf")
+    assert fused.fused_max_pool(rows, broken, owners(counts), 1) is None
     rows[1, 2] = float("nan")  # the tiled route's amax keeps the NaN; the kernel's max would drop it
     assert fused.fused_max_pool(rows, layer, owners(counts), 1) is None
+
+
+def test_rows_that_are_not_contiguous(runs_here):
+    layer, counts = decoder(300, 24), [4, 6]
+    wide = torch.randn(24, 30)
+    rows = wide[:, 3:13].T  # [10, 24], strided
+    assert not rows.is_contiguous()
+    pooled = fused.fused_max_pool(rows, layer, owners(counts), 2)
+    torch.testing.assert_close(pooled.double(), reference(rows, layer, counts), atol=2e-5, rtol=1e-5)
 
 
 def test_chosen_on_avx2_only(runs_here, monkeypatch):
