@@ -3,10 +3,10 @@ decoder's products and keeps each document's running max in its epilogue, never 
 
 Why a kernel of our own: issue #12 asks for a DupMAE pass at 85% of the fp32 matmul ceiling, and no library route
 for the head comes near it on an AVX2 CPU: oneDNN's pre-packed product on 256-row x 4,096-entry tiles, then an
-``amax`` per document, ran at 0.82-0.91 of the ceiling where this kernel ran at 1.00-1.07 (1.13-1.21x; 2-core AVX2
-EPYC, ``benchmarks/ot_kernel.py``, runs/ot-kernel/). It is a 6 x 16 register block over the whole depth (384),
-vocabulary panels outermost so that a panel's weights stay in the L1 cache while every row streams past, the
-panels split between threads (ctypes releases the GIL).
+``amax`` per document, ran at 0.82-0.93 of the ceiling where this kernel ran at 1.00-1.10 (1.13-1.28x; a DupMAE
+pass about 10% faster; 2-core AVX2 EPYC, ``benchmarks/ot_kernel.py``, runs/ot-kernel/). It is a 6 x 16 register
+block over the whole depth (384), vocabulary panels outermost so that a panel's weights stay in the L1 cache while
+every row streams past, the panels split between threads (ctypes releases the GIL).
 
 Where it runs: :func:`retromae_ir.encode.representation.max_pool_logits` asks :func:`fused_max_pool` first when
 no tiling is asked for, and it takes encoding's decoder: a :class:`~retromae_ir.encode.packed_linear.PackedLinear`
