@@ -67,7 +67,7 @@ def kernel() -> ctypes.CDLL | None:
 
 
 def chosen_here() -> bool:
-    """Whether DupMAE's OT head runs on this kernel in this process (when its decoder is packed, in fp32)."""
+    """Whether DupMAE's OT head runs on this kernel in this process (for encoding's decoder, in fp32)."""
     return torch.backends.cpu.get_cpu_capability() in CHOSEN_ON and kernel() is not None
 
 
