@@ -13,18 +13,24 @@ from retromae_ir.encode.packed_linear import PackedLinear
 from retromae_ir.encode.representation import CPU_ROWS, max_pool_logits
 
 
+@pytest.fixture(scope="module")
+def kernel_cache(tmp_path_factory):
+    """A cache of this module's own, where the first test builds the kernel and the others load it."""
+    return tmp_path_factory.mktemp("kernel-cache")
+
+
 @pytest.fixture
-def runs_here(monkeypatch, tmp_path):
+def runs_here(monkeypatch, kernel_cache):
     """The kernel built afresh into a temporary cache and chosen on any CPU that can run it (an AVX-512 CPU too,
     where the encoders would not choose it), or the test skipped where it cannot run."""
-    monkeypatch.setenv("RETROMAE_IR_CACHE", str(tmp_path))
+    monkeypatch.setenv("RETROMAE_IR_CACHE", str(kernel_cache))
     monkeypatch.delenv(fused.SWITCH_ENV, raising=False)
     kernel = fused.kernel
     kernel.cache_clear()
     if kernel() is None:
         pytest.skip("the fused kernel cannot run here (no AVX2, not x86-64 or no C compiler)")
     monkeypatch.setattr(fused, "CHOSEN_ON", fused.RUNS_ON)
-    yield tmp_path
+    yield kernel_cache
     kernel.cache_clear()  # a test may have put a spy in its place
 
 
