@@ -114,8 +114,8 @@ def max_pool_logits(lm_head, hidden: torch.Tensor, token_mask: torch.Tensor, row
     (``index_reduce_(..., "amax")`` over a tile of more than :data:`SEGMENT_LOOP` documents, or of more than one
     off the CPU). Another head, or an int8-quantised
     decoder, runs whole on tiles of ``rows * vocab_tile // V`` packed rows, reduced the same way. With ``rows``
-    None, encoding's fp32 decoder (:class:`PackedLinear`) on an AVX2 CPU runs untiled on the fused kernel of
-    :mod:`retromae_ir.encode.fused_max_pool`, which writes no logits at all.
+    None, encoding's fp32 decoder (a :class:`PackedLinear`, or an ``nn.Linear`` in inference mode) on an AVX2 CPU
+    runs untiled on the fused kernel of :mod:`retromae_ir.encode.fused_max_pool`, which writes no logits at all.
 
     Equal to :func:`max_pool_logits_naive` up to the matmuls' summation order (tests/encode/test_ot_maxpool.py
     checks values and gradients), except under int8: dynamic quantisation scales the activations per input tensor,
