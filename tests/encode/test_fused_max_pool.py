@@ -172,24 +172,11 @@ def test_another_architecture_never_builds_it(monkeypatch, tmp_path, caplog):
 
 
 @pytest.fixture(scope="module")
-def mlm_head(tiny_bert_dir):
-    """The tiny BERT's MLM head with its decoder packed as encoding packs it, over real hidden states."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-    from retromae_ir.encode.representation import ordinary_token_mask
-
-    model = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir).eval()
-    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
-    texts = ["the cat sat on the mat", "", "protein folding in yeast cells under heat stress", "a b"]
-    inputs = tokenizer(texts, padding=True, return_tensors="pt")
-    special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
-    mask = ordinary_token_mask(inputs["input_ids"], inputs["attention_mask"], special)
-    with torch.no_grad():
-        hidden = model.base_model(**inputs).last_hidden_state
-        model.cls.predictions.decoder.bias.normal_(0.0, 0.5)
-    head = copy.deepcopy(model.cls)
+def mlm_head(mlm, batch):
+    """conftest's tiny BERT head with its decoder packed as encoding packs it, over its real hidden states."""
+    head = copy.deepcopy(mlm.cls)
     head.predictions.decoder = PackedLinear.of(head.predictions.decoder)
-    return head, hidden, mask
+    return (head, *batch)
 
 
 def _pool_in_child(rows, layer, owner, queue):

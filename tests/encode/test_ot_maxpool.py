@@ -4,41 +4,10 @@ import pytest
 import torch
 
 from retromae_ir.encode.packed_linear import PackedLinear
-from retromae_ir.encode.representation import (activation, max_pool_logits, max_pool_logits_naive,
-                                               ordinary_token_mask, row_tiles, split_lm_head)
+from retromae_ir.encode.representation import (activation, max_pool_logits, max_pool_logits_naive, row_tiles,
+                                               split_lm_head)
 
-# different lengths (padding), "" is [CLS] [SEP] only: no ordinary token
-TEXTS = ["the cat sat on the mat", "", "protein folding in yeast cells under heat stress and cold shock", "a b"]
-
-
-@pytest.fixture(scope="module")
-def mlm(tiny_bert_dir):
-    """The tiny BertForMaskedLM with a non-trivial head: random LayerNorm affine and decoder bias (zeros and ones
-    as saved would hide a bias or LayerNorm the tiled path forgot)."""
-    from transformers import AutoModelForMaskedLM
-
-    model = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir).eval()
-    torch.manual_seed(5)
-    with torch.no_grad():
-        head = model.cls.predictions
-        head.transform.LayerNorm.weight.normal_(1.0, 0.3)
-        head.transform.LayerNorm.bias.normal_(0.0, 0.3)
-        head.decoder.bias.normal_(0.0, 0.5)
-    return model
-
-
-@pytest.fixture(scope="module")
-def batch(mlm, tiny_bert_dir):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
-    inputs = tokenizer(TEXTS, padding=True, return_tensors="pt")
-    special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
-    mask = ordinary_token_mask(inputs["input_ids"], inputs["attention_mask"], special)
-    assert not mask[1].any() and mask.sum(1).unique().numel() == len(TEXTS)  # an empty text, all lengths differ
-    with torch.no_grad():
-        hidden = mlm.base_model(**inputs).last_hidden_state
-    return hidden, mask
+# the mlm and batch fixtures: tests/encode/conftest.py
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["F.linear", "PackedLinear"])
@@ -59,7 +28,7 @@ def test_equals_the_naive_max_pool(mlm, batch, rows, vocab_tile, packed):
     with torch.no_grad():
         reference = max_pool_logits_naive(mlm.cls, hidden, mask)
         pooled = max_pool_logits(head, hidden, mask, rows=rows, vocab_tile=vocab_tile)
-    assert pooled.shape == reference.shape == (len(TEXTS), mlm.config.vocab_size)
+    assert pooled.shape == reference.shape == (len(hidden), mlm.config.vocab_size)
     assert torch.isneginf(pooled[1]).all() and torch.isfinite(pooled[[0, 2, 3]]).all()
     torch.testing.assert_close(pooled, reference, atol=1e-5, rtol=1e-5)
 
@@ -90,7 +59,7 @@ def test_both_reductions_of_a_tile_give_the_maxima(mlm, batch, monkeypatch, loop
 def test_a_batch_without_any_ordinary_token_pools_to_minus_infinity(mlm, batch):
     hidden, mask = batch
     pooled = max_pool_logits(mlm.cls, hidden, torch.zeros_like(mask))
-    assert pooled.shape == (len(TEXTS), mlm.config.vocab_size) and torch.isneginf(pooled).all()
+    assert pooled.shape == (len(hidden), mlm.config.vocab_size) and torch.isneginf(pooled).all()
     assert (activation("log1p_relu")(pooled) == 0).all()
 
 
@@ -99,7 +68,7 @@ def test_gradients_equal_the_naive_ones(mlm, batch):
     parameter (the decoder weight is the tied word embedding) match the naive computation's."""
     hidden, mask = batch
     torch.manual_seed(3)
-    upstream = torch.randn(len(TEXTS), mlm.config.vocab_size)
+    upstream = torch.randn(len(hidden), mlm.config.vocab_size)
     params = [p for p in mlm.cls.parameters() if p.requires_grad]
     grads = []
     for pool in (max_pool_logits_naive, lambda *a: max_pool_logits(*a, rows=7, vocab_tile=1000)):
