@@ -1,14 +1,21 @@
-"""Compiling a small C source into a shared library once, in the cache: the MKL shim (``retromae_ir.mkl_shim``) and
-DupMAE's fused OT max-pool kernel (``retromae_ir.encode.fused_max_pool``) are built this way on first use."""
+"""C libraries of our own: a small C source compiled into a shared library once, in the cache (the MKL shim,
+``retromae_ir.mkl_shim``; DupMAE's fused OT max-pool, ``retromae_ir.encode.fused_max_pool``; the BERT layers of
+``--compile kernels``, ``retromae_ir.encode.kernel_backbone``), whether this CPU runs the AVX2 ones, and the panel
+layout their products read."""
 from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shlex
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+import torch
+
+AVX2_CAPABILITIES = ("AVX2", "AVX512")  # PyTorch CPU capabilities with AVX2 and FMA: our AVX2 kernels run
 
 
 def library_name(stem: str, source: str, flags: tuple[str, ...]) -> str:
@@ -44,3 +51,22 @@ def build_library(source: str, target: Path, flags: tuple[str, ...] = ("-O2",)) 
             raise ValueError(f"{shlex.join(compiler)} could not build {target}: {done.stderr.strip()}")
         os.replace(library, target)
     return target
+
+
+def avx2_missing() -> str | None:
+    """Why this machine cannot run our AVX2 + FMA kernels (as a clause: "... because <reason>"), or None."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"this is a {platform.machine()} machine, not x86-64"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in AVX2_CAPABILITIES:
+        return f"PyTorch's CPU capability here is {capability}, without AVX2"
+    return None
+
+
+def panels_of(matrix: torch.Tensor, width: int) -> torch.Tensor:
+    """[ceil(n / width), depth, width]: ``matrix``'s rows in panels of ``width``, zero past the last row (the
+    layout our kernels' products read: one panel's ``width`` values of each depth index side by side)."""
+    rows, depth = matrix.shape
+    padded = torch.zeros(-(-rows // width) * width, depth, dtype=matrix.dtype)
+    padded[:rows] = matrix
+    return padded.view(-1, width, depth).transpose(1, 2).contiguous()

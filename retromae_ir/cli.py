@@ -87,7 +87,7 @@ def dataclass_parser(dataclass_types: Iterable[type], prog: str, **kwargs):
     return parser
 
 
-COMPILE_BACKENDS = ("inductor", "openvino")  # EncoderModel.compile_backbone's
+COMPILE_BACKENDS = ("inductor", "openvino", "kernels")  # EncoderModel.compile_backbone's
 
 
 def check_at_least_one(arguments, *names: str) -> None:

@@ -189,6 +189,8 @@ class EncoderModel(torch.nn.Module):
           C++ compiler is needed on a CPU; 8-11 s measured). Any device.
         * ``openvino`` (:class:`~retromae_ir.encode.openvino_backbone.OpenVINOBackbone`): OpenVINO's CPU plugin,
           a few seconds of conversion here; CPU only. Faster than inductor for the dense pass (docs/encoders.md).
+        * ``kernels`` (:class:`~retromae_ir.encode.kernel_backbone.KernelBackbone`): BERT's layers on our own
+          AVX2 kernels, no padding; fp32, x86-64 CPUs with AVX2 only, BERT-architecture checkpoints only.
 
         ``properties``: more of OpenVINO's CPU plugin properties (``{"PERF_COUNT": True}``); openvino only.
         """
@@ -199,8 +201,11 @@ class EncoderModel(torch.nn.Module):
                              f"neither inductor's nor OpenVINO's; choose one")
         if properties and backend != "openvino":
             raise ValueError(f"properties are OpenVINO's; --compile {backend} takes none")
-        if backend == "openvino" and self.device.type != "cpu":
-            raise ValueError(f"--compile openvino runs on the CPU, not {self.device}; use --compile inductor there")
+        if backend in ("openvino", "kernels") and self.device.type != "cpu":
+            raise ValueError(f"--compile {backend} runs on the CPU, not {self.device}; use --compile inductor there")
+        if backend == "kernels" and self.bf16:
+            raise ValueError("--compile kernels runs fp32 only: use --dtype fp32 with it, or bf16 with --compile "
+                             "openvino or inductor")
         owner, name = self._backbone()
         setattr(owner, name, self._compiled(backend, getattr(owner, name), properties))
         self._pack_outside_backbone()
@@ -212,6 +217,10 @@ class EncoderModel(torch.nn.Module):
             from retromae_ir.encode.openvino_backbone import OpenVINOBackbone
 
             return OpenVINOBackbone(transformer, torch.get_num_threads(), self.bf16, properties)
+        if backend == "kernels":
+            from retromae_ir.encode.kernel_backbone import KernelBackbone
+
+            return KernelBackbone(transformer)
         return FrozenCompiled(transformer)
 
     def compile_frozen(self) -> "EncoderModel":

@@ -24,17 +24,15 @@ import ctypes
 import functools
 import logging
 import os
-import platform
-import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import torch
 
-from retromae_ir.c_library import build_library, library_name
+from retromae_ir.c_library import avx2_missing, build_library, library_name, panels_of
 from retromae_ir.encode.packed_linear import PackedLinear
 from retromae_ir.io import cache_dir
+from retromae_ir.kernel_threads import run_split
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +40,6 @@ SOURCE = Path(__file__).with_name("ot_kernel.c")
 FLAGS = ("-O3", "-mavx2", "-mfma")
 CACHE_PART = "kernels"
 SWITCH_ENV = "RETROMAE_IR_OT_KERNEL"  # "0": never this kernel
-RUNS_ON = ("AVX2", "AVX512")  # PyTorch CPU capabilities that have AVX2 and FMA: the kernel can run
 CHOSEN_ON = ("AVX2",)  # where it replaces the tiled route (measured faster there; not measured on AVX-512)
 
 
@@ -74,12 +71,7 @@ def chosen_here() -> bool:
 def _unusable_here() -> str | None:
     if os.environ.get(SWITCH_ENV, "1") == "0":
         return f"{SWITCH_ENV}=0"
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return f"this is a {platform.machine()} machine, not x86-64"
-    capability = torch.backends.cpu.get_cpu_capability()
-    if capability not in RUNS_ON:
-        return f"PyTorch's CPU capability here is {capability}, without AVX2"
-    return None
+    return avx2_missing()
 
 
 def _declare(library: ctypes.CDLL) -> None:
@@ -107,16 +99,13 @@ def fused_max_pool(transformed: torch.Tensor, decoder, owner: torch.Tensor, docu
     # a NaN or an infinity: the tiled route's amax keeps a NaN, where the kernel's max could drop it
     if not (weight_finite and bool(torch.isfinite(transformed).all())):
         return None
-    packed_rows = _panels(transformed, mr)
+    packed_rows = panels_of(transformed, mr)
     stride = panels.shape[0] * nr
     out = torch.full((documents, stride), float("-inf"))
     args = (packed_rows.data_ptr(), rows, depth, panels.data_ptr())
     tail = (owner.data_ptr(), out.data_ptr(), stride)
-    ranges = _split(panels.shape[0], torch.get_num_threads())
-    if len(ranges) == 1:
-        library.ot_max_pool(*args, *ranges[0], *tail)
-    else:
-        _run_all(_pool(len(ranges)), [lambda span=span: library.ot_max_pool(*args, *span, *tail) for span in ranges])
+    run_split(lambda begin, end: library.ot_max_pool(*args, begin, end, *tail), panels.shape[0],
+              torch.get_num_threads())
     pooled = out[:, :decoder.out_features]
     return pooled + decoder.bias if decoder.bias is not None else pooled.contiguous()
 
@@ -128,15 +117,6 @@ def _check_shapes(rows: int, depth: int, decoder, owner: torch.Tensor, documents
         raise ValueError(f"owner has shape {tuple(owner.shape)}, not one document for each of the {rows} rows")
     if rows and not (0 <= int(owner.min()) and int(owner.max()) < documents):
         raise ValueError(f"owner names documents {int(owner.min())}-{int(owner.max())}, outside 0-{documents - 1}")
-
-
-def _panels(matrix: torch.Tensor, width: int) -> torch.Tensor:
-    """[ceil(n / width), depth, width]: ``matrix``'s rows in panels of ``width``, zero past the last row (the
-    layout the kernel reads: one panel's ``width`` values of each depth index side by side)."""
-    rows, depth = matrix.shape
-    padded = torch.zeros(-(-rows // width) * width, depth, dtype=matrix.dtype)
-    padded[:rows] = matrix
-    return padded.view(-1, width, depth).transpose(1, 2).contiguous()
 
 
 _PANELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -152,50 +132,9 @@ def _weight_panels(decoder, width: int) -> tuple[torch.Tensor, bool]:
     try:
         version = weight._version
     except RuntimeError:  # an inference tensor has no version counter
-        return _panels(weight.detach(), width), bool(torch.isfinite(weight).all())
+        return panels_of(weight.detach(), width), bool(torch.isfinite(weight).all())
     held = _PANELS.get(decoder)
     if held is None or held[0] is not weight or held[1:3] != (version, width):  # held[0]: the tensor, kept alive
-        panels = _panels(weight.detach(), width)
+        panels = panels_of(weight.detach(), width)
         held = _PANELS[decoder] = (weight, version, width, panels, bool(torch.isfinite(weight).all()))
     return held[3], held[4]
-
-
-def _split(panels: int, threads: int) -> list[tuple[int, int]]:
-    """Contiguous ranges of panels, one a thread, as even as whole panels allow."""
-    threads = max(1, min(threads, panels))
-    bounds = [panels * part // threads for part in range(threads + 1)]
-    return [(begin, end) for begin, end in zip(bounds, bounds[1:]) if end > begin]
-
-
-def _run_all(pool: ThreadPoolExecutor, calls: list) -> None:
-    """Run ``calls`` on ``pool`` and return once every one has ended, even when the wait is interrupted (Ctrl-C):
-    the kernel writes through raw pointers into tensors the caller would free on the way out."""
-    futures = [pool.submit(call) for call in calls]
-    try:
-        for future in futures:
-            future.result()
-    finally:
-        wait(futures)
-
-
-_POOL_LOCK = threading.Lock()
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """A pool of ``threads`` workers, started on first use."""
-    with _POOL_LOCK:
-        if threads not in _POOLS:
-            _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="ot-kernel")
-        return _POOLS[threads]
-
-
-def _forget_pools_in_child() -> None:
-    """After fork: the parent's workers are not in the child, yet an inherited executor counts them idle and would
-    never run a call; the lock may have been held by a thread that is not there either."""
-    global _POOL_LOCK
-    _POOL_LOCK = threading.Lock()
-    _POOLS.clear()
-
-
-os.register_at_fork(after_in_child=_forget_pools_in_child)

@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from retromae_ir import c_library, kernel_threads
 from retromae_ir.encode import fused_max_pool as fused
 from retromae_ir.encode.packed_linear import PackedLinear
 from retromae_ir.encode.representation import CPU_ROWS, max_pool_logits
@@ -29,7 +30,7 @@ def runs_here(monkeypatch, kernel_cache):
     kernel.cache_clear()
     if kernel() is None:
         pytest.skip("the fused kernel cannot run here (no AVX2, not x86-64 or no C compiler)")
-    monkeypatch.setattr(fused, "CHOSEN_ON", fused.RUNS_ON)
+    monkeypatch.setattr(fused, "CHOSEN_ON", c_library.AVX2_CAPABILITIES)
     yield kernel_cache
     kernel.cache_clear()  # a test may have put a spy in its place
 
@@ -146,7 +147,7 @@ def test_off_by_the_switch_without_a_cpu_for_it_or_without_a_compiler(monkeypatc
              ({"CC": "false"}, "AVX2", "it could not be built or loaded (false could not build")]
     for env, capability, reason in cases:
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
-        monkeypatch.setattr(fused.platform, "machine", lambda: "x86_64")
+        monkeypatch.setattr(c_library.platform, "machine", lambda: "x86_64")
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         fused.kernel.cache_clear()
@@ -161,7 +162,7 @@ def test_off_by_the_switch_without_a_cpu_for_it_or_without_a_compiler(monkeypatc
 
 def test_another_architecture_never_builds_it(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("RETROMAE_IR_CACHE", str(tmp_path))
-    monkeypatch.setattr(fused.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(c_library.platform, "machine", lambda: "aarch64")
     caplog.set_level(logging.INFO, logger=fused.__name__)
     fused.kernel.cache_clear()
     try:
@@ -196,7 +197,7 @@ def test_a_forked_child_runs_it_on_threads_of_its_own(runs_here):
     try:
         parent = fused.fused_max_pool(rows, layer, owner, 2)
         both = threading.Barrier(3)
-        started = [fused._pool(2).submit(both.wait) for _ in range(2)]
+        started = [kernel_threads.pool(2).submit(both.wait) for _ in range(2)]
         both.wait()  # both workers of the parent's pool run at once: the pool has started two threads
         for future in started:
             future.result()

@@ -1,0 +1,218 @@
+"""A BERT transformer run on kernels of our own (``encode --compile kernels``): AVX2 products with their bias,
+GELU, residual add and LayerNorm fused in (``bert_kernels.c``), and self-attention over each document's own tokens.
+
+Why: issue #12 asks for a dense pass at 90% of the fp32 matmul ceiling. On the 2-core AVX2 EPYC, OpenVINO's graph
+ran MiniLM's dense pass at 0.61-0.75 of it and inductor's at 0.60-0.72: their attention over 32-wide heads ran at
+0.42-0.49 of the ceiling, and LayerNorm, GELU, adds and copies between the products took the rest, while a
+hand-written 6 x 16 AVX2 product (DupMAE's fused OT head) ran at 1.00-1.10 of it. Here the batch's tokens are packed
+without padding, every product is one such register block with its element-wise work done on the block in
+registers, and attention computes each (document, head) pair's scores, softmax and weighted sum on 6-row blocks
+that stay in the L1 cache. Only the embeddings (a gather and a LayerNorm) run in PyTorch.
+
+What it takes: transformers' BERT (``model_type`` "bert": MiniLM, BERT, RetroMAE's checkpoints) with absolute
+positions, exact GELU, widths that are multiples of 16, in fp32, on an x86-64 CPU with AVX2 and FMA; anything else
+is refused when the backbone is built, naming what differs. A [CLS]-pooled card's last layer trimmed to its first
+position (:mod:`first_token`) stays trimmed. Inference only: the weights are copied into the kernels' layout.
+Vectors equal eager's to rounding (tests/encode/test_kernel_backbone.py; measured in docs/encoders.md).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers.modeling_outputs import BaseModelOutput
+
+from retromae_ir.c_library import avx2_missing, build_library, library_name, panels_of
+from retromae_ir.encode.base import CompiledBackbone
+from retromae_ir.encode.first_token import FirstTokenLayer, is_bert_layer
+from retromae_ir.io import cache_dir
+
+SOURCE = Path(__file__).with_name("bert_kernels.c")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")
+
+
+@functools.cache
+def kernels() -> ctypes.CDLL:
+    """The compiled kernels (built into ``$RETROMAE_IR_CACHE/kernels`` on first use); RuntimeError saying why
+    where they cannot run here."""
+    reason = avx2_missing()
+    if reason is not None:
+        raise RuntimeError(f"--compile kernels needs an x86-64 CPU with AVX2 and FMA: {reason}; use --compile "
+                           f"openvino or inductor")
+    source = SOURCE.read_text()
+    try:
+        path = build_library(source, cache_dir("kernels") / library_name("bert_kernels", source, FLAGS), FLAGS)
+        library = ctypes.CDLL(str(path))
+    except (OSError, ValueError) as error:
+        raise RuntimeError(f"--compile kernels could not build or load its C kernels: {error}") from error
+    pointer, size, number = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    library.bert_linear.argtypes = [pointer, size, size, size, pointer, size, pointer, ctypes.c_int,
+                                    pointer, size, pointer, pointer, number, pointer, size, ctypes.c_int]
+    library.bert_linear.restype = ctypes.c_int
+    library.bert_attention.argtypes = [pointer, size, pointer, pointer, size, pointer, size, size, size, number,
+                                       ctypes.c_int, pointer, size, ctypes.c_int]
+    library.bert_attention.restype = ctypes.c_int
+    library.bert_kernels_mr.restype = library.bert_kernels_nr.restype = ctypes.c_int
+    return library
+
+
+def check_supported(module: torch.nn.Module) -> None:
+    """Refuse, naming what differs, a transformer these kernels would compute something else for."""
+    config = module.config
+    problems = []
+    if config.model_type != "bert":
+        problems.append(f"model_type {config.model_type!r} (BERT's only: other families place positions or "
+                        f"normalise otherwise)")
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        problems.append(f"position_embedding_type {config.position_embedding_type!r}")
+    if config.hidden_act != "gelu":
+        problems.append(f"hidden_act {config.hidden_act!r} (exact GELU only)")
+    heads = config.num_attention_heads
+    for name, width in (("hidden_size", config.hidden_size), ("intermediate_size", config.intermediate_size),
+                        ("head size", config.hidden_size // heads)):
+        if width % 16:
+            problems.append(f"{name} {width}, not a multiple of 16")
+    layers = getattr(getattr(module, "encoder", None), "layer", None)
+    if layers is None or not all(is_bert_layer(layer) or (isinstance(layer, FirstTokenLayer) and i == len(layers) - 1)
+                                 for i, layer in enumerate(layers)):
+        problems.append("layers that are not transformers' BertLayer")
+    if problems:
+        raise ValueError(f"--compile kernels runs BERT encoders only; this one has {'; '.join(problems)}: use "
+                         f"--compile openvino or inductor")
+
+
+def _pointer(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
+
+
+class PackedProduct:
+    """One linear layer (or several side by side, one weight of their outputs stacked) in the kernels' panels."""
+
+    def __init__(self, *linears: torch.nn.Linear):
+        weight = torch.cat([linear.weight.detach().float() for linear in linears])
+        self.outputs, self.depth = weight.shape
+        self.panels = panels_of(weight, kernels().bert_kernels_nr())
+        self.bias = torch.cat([linear.bias.detach().float() if linear.bias is not None
+                               else torch.zeros(linear.out_features) for linear in linears]).contiguous()
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, gelu: bool = False,
+                 residual_norm: torch.nn.LayerNorm | None = None) -> torch.Tensor:
+        """``x`` W^T + b into ``out`` (a new tensor when None), then GELU, or + ``out``'s old rows (the residual,
+        read before they are written) and ``residual_norm``."""
+        if x.shape[1] != self.depth or x.stride(1) != 1:
+            raise ValueError(f"rows of width {x.shape[1]} (stride {x.stride(1)}) for a layer of {self.depth} inputs")
+        rows = x.shape[0]
+        if out is None:
+            out = torch.empty(rows, self.outputs)
+        norm = residual_norm
+        failed = kernels().bert_linear(
+            x.data_ptr(), x.stride(0), rows, self.depth, self.panels.data_ptr(), self.panels.shape[0],
+            self.bias.data_ptr(), int(gelu), _pointer(out if norm is not None else None), out.stride(0),
+            _pointer(norm.weight if norm is not None else None), _pointer(norm.bias if norm is not None else None),
+            norm.eps if norm is not None else 0.0, out.data_ptr(), out.stride(0), torch.get_num_threads())
+        if failed:
+            raise MemoryError("a linear layer's kernel could not allocate its row buffer")
+        return out
+
+
+class KernelLayer:
+    """One BertLayer on the kernels: every row, or (``first_only``: a :class:`FirstTokenLayer`) the keys and values
+    of every row and the rest for each document's first."""
+
+    def __init__(self, layer: torch.nn.Module):
+        own = layer.attention.self
+        self.first_only = isinstance(layer, FirstTokenLayer)
+        self.heads, self.head_size, self.scale = own.num_attention_heads, own.attention_head_size, own.scaling
+        if self.first_only:
+            self.query, self.key_value = PackedProduct(own.query), PackedProduct(own.key, own.value)
+        else:
+            self.query_key_value = PackedProduct(own.query, own.key, own.value)
+        self.attention_output, self.attention_norm = PackedProduct(layer.attention.output.dense), \
+            _norm(layer.attention.output.LayerNorm)
+        self.intermediate = PackedProduct(layer.intermediate.dense)
+        self.output, self.output_norm = PackedProduct(layer.output.dense), _norm(layer.output.LayerNorm)
+
+    def __call__(self, hidden: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+        """``hidden`` [tokens, H] (documents one after another, ``starts`` their first rows and the end) -> the
+        layer's output: [tokens, H], or [documents, H] (each document's first row) when ``first_only``; ``hidden``
+        may be overwritten."""
+        width = self.heads * self.head_size
+        if self.first_only:
+            key_value = self.key_value(hidden)
+            hidden = hidden[starts[:-1]].contiguous()
+            query, keys, values = self.query(hidden), key_value, key_value[:, width:]
+        else:
+            query = self.query_key_value(hidden)
+            keys, values = query[:, width:], query[:, 2 * width:]
+        context = self._attend(query, keys, values, starts, len(hidden))
+        hidden = self.attention_output(context, out=hidden, residual_norm=self.attention_norm)
+        return self.output(self.intermediate(hidden, gelu=True), out=hidden, residual_norm=self.output_norm)
+
+    def _attend(self, query, keys, values, starts, rows: int) -> torch.Tensor:
+        context = torch.empty(rows, self.heads * self.head_size)
+        failed = kernels().bert_attention(
+            query.data_ptr(), query.stride(0), keys.data_ptr(), values.data_ptr(), keys.stride(0),
+            starts.data_ptr(), len(starts) - 1, self.heads, self.head_size, self.scale, int(self.first_only),
+            context.data_ptr(), context.stride(0), torch.get_num_threads())
+        if failed:
+            raise MemoryError("the attention kernel could not allocate its scratch memory")
+        return context
+
+
+def _norm(norm: torch.nn.LayerNorm) -> torch.nn.LayerNorm:
+    """A copy of ``norm`` with contiguous fp32 parameters (the kernel reads them by pointer)."""
+    copy = torch.nn.LayerNorm(norm.normalized_shape, eps=norm.eps)
+    with torch.no_grad():
+        copy.weight.copy_(norm.weight)
+        copy.bias.copy_(norm.bias)
+    return copy.requires_grad_(False)
+
+
+class KernelBackbone(CompiledBackbone):
+    """``module`` (transformers' BertModel) on our kernels, called like it (``input_ids``, a right-padded
+    ``attention_mask`` -> ``.last_hidden_state``, zero at padding; ``[B, 1, H]`` when its last layer is a
+    :class:`FirstTokenLayer`)."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        check_supported(module)
+        kernels()  # refuse here, not at the first batch, where they cannot run
+        self._config = module.config
+        self.embeddings = module.embeddings
+        self.layers = [KernelLayer(layer) for layer in module.encoder.layer]
+
+    @property
+    def config(self):
+        return self._config
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_) -> BaseModelOutput:
+        if input_ids.device.type != "cpu":
+            raise ValueError(f"--compile kernels runs on the CPU; the batch is on {input_ids.device}")
+        if torch.is_autocast_enabled("cpu"):
+            raise ValueError("--compile kernels runs fp32 only, not under bf16 autocast")
+        lengths = attention_mask.sum(1)
+        positions = torch.arange(input_ids.shape[1])
+        if not torch.equal(attention_mask.bool(), positions < lengths[:, None]) or not bool((lengths > 0).all()):
+            raise ValueError("--compile kernels takes right-padded batches of non-empty texts (each attention "
+                             "mask row ones, then zeros)")
+        present = attention_mask.bool()
+        hidden = self._embed(input_ids[present], positions.expand_as(input_ids)[present])
+        starts = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]).to(torch.int64)
+        for layer in self.layers:
+            hidden = layer(hidden, starts)
+        if self.layers[-1].first_only:
+            return BaseModelOutput(last_hidden_state=hidden[:, None])
+        padded = hidden.new_zeros(*input_ids.shape, hidden.shape[1])
+        padded[present] = hidden
+        return BaseModelOutput(last_hidden_state=padded)
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """BERT's embeddings of packed tokens (all of segment 0, as the encoders call it)."""
+        embeddings = self.embeddings
+        summed = (embeddings.word_embeddings(ids) + embeddings.position_embeddings(positions)
+                  + embeddings.token_type_embeddings.weight[0])
+        norm = embeddings.LayerNorm
+        return F.layer_norm(summed, norm.normalized_shape, norm.weight, norm.bias, norm.eps).contiguous()
