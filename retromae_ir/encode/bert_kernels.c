@@ -80,6 +80,22 @@ static inline __m256 gelu8(__m256 x) {
     return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)), _mm256_add_ps(erf, _mm256_set1_ps(1.0f)));
 }
 
+/* rows[i][c] -> rows[c][i] */
+static inline void transpose8(__m256 rows[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(rows[0], rows[1]), t1 = _mm256_unpackhi_ps(rows[0], rows[1]),
+           t2 = _mm256_unpacklo_ps(rows[2], rows[3]), t3 = _mm256_unpackhi_ps(rows[2], rows[3]),
+           t4 = _mm256_unpacklo_ps(rows[4], rows[5]), t5 = _mm256_unpackhi_ps(rows[4], rows[5]),
+           t6 = _mm256_unpacklo_ps(rows[6], rows[7]), t7 = _mm256_unpackhi_ps(rows[6], rows[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    rows[0] = _mm256_permute2f128_ps(u0, u4, 0x20); rows[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    rows[2] = _mm256_permute2f128_ps(u2, u6, 0x20); rows[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    rows[4] = _mm256_permute2f128_ps(u0, u4, 0x31); rows[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    rows[6] = _mm256_permute2f128_ps(u2, u6, 0x31); rows[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
 static inline float sum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -136,14 +152,15 @@ static inline void packed_block(const float *a, const float *b, int64_t depth, _
     acc[3][0] = c30; acc[3][1] = c31; acc[4][0] = c40; acc[4][1] = c41; acc[5][0] = c50; acc[5][1] = c51;
 }
 
-/* out[r] = epilogue(a[r] W^T + bias) for rows [row_begin, row_end): then GELU (gelu != 0), then + residual[r]
- * (residual may be out itself: each element is read just before it is written), then LayerNorm over the row
- * (gamma != NULL). Rows go in chunks, packed once into row panels that stay in the L2 cache while every weight
+/* out[r] = epilogue(a[r] W^T + bias) for rows [row_begin, row_end) of `rows`: then GELU (gelu != 0), then
+ * + residual[r] (residual may be out itself: each element is read just before it is written), then LayerNorm over
+ * the row (gamma != NULL). head_size > 0 (a multiple of NR; no residual, no LayerNorm): out is head-major instead,
+ * [outputs / head_size][rows][head_size], so that attention reads each head's rows one after another. Rows go in chunks, packed once into row panels that stay in the L2 cache while every weight
  * panel passes. Returns 0, or -1 when the chunk's buffer could not be allocated. */
-static int linear_rows(const float *a, int64_t lda, int64_t row_begin, int64_t row_end, int64_t depth,
-                       const float *w_packed, int64_t panels, const float *bias, int gelu,
+static int linear_rows(const float *a, int64_t lda, int64_t row_begin, int64_t row_end, int64_t rows,
+                       int64_t depth, const float *w_packed, int64_t panels, const float *bias, int gelu,
                        const float *residual, int64_t ldr, const float *gamma, const float *beta, float eps,
-                       float *out, int64_t ldo) {
+                       float *out, int64_t ldo, int64_t head_size) {
     int64_t chunk = (65536 / depth) / MR * MR;
     if (chunk < MR) chunk = MR;
     float *packed = malloc(sizeof(float) * chunk * depth);
@@ -165,7 +182,8 @@ static int linear_rows(const float *a, int64_t lda, int64_t row_begin, int64_t r
                         x0 = _mm256_add_ps(x0, _mm256_loadu_ps(res));
                         x1 = _mm256_add_ps(x1, _mm256_loadu_ps(res + 8));
                     }
-                    float *o = out + (r + i) * ldo + p * NR;
+                    float *o = head_size ? out + ((p * NR / head_size) * rows + r + i) * head_size + p * NR % head_size
+                                         : out + (r + i) * ldo + p * NR;
                     _mm256_storeu_ps(o, x0);
                     _mm256_storeu_ps(o + 8, x1);
                 }
@@ -179,15 +197,20 @@ static int linear_rows(const float *a, int64_t lda, int64_t row_begin, int64_t r
 }
 
 /* Self-attention of one head over one document's `length` tokens, for `queries` query rows (every token, or the
- * first only). k_panels: scratch of ceil(length / NR) * head_dim * NR floats; scores: MR * that many / head_dim. */
+ * first only), the queries scaled already (1 / sqrt(head_dim) folded into their weights). k_panels: scratch of ceil(length / NR) * head_dim * NR floats; scores: MR * that many / head_dim. */
 static void attend(const float *q, int64_t ldq, int64_t queries, const float *k, const float *v, int64_t ldkv,
-                   int64_t length, int64_t head_dim, float scale, float *out, int64_t ldo,
+                   int64_t length, int64_t head_dim, float *out, int64_t ldo,
                    float *k_panels, float *scores) {
     int64_t key_panels = (length + NR - 1) / NR, padded = key_panels * NR;
-    for (int64_t j = 0; j < padded; j++)  /* K^T in panels: k_panels[j / NR][c][j % NR] */
-        for (int64_t c = 0; c < head_dim; c++)
-            k_panels[(j / NR) * head_dim * NR + c * NR + j % NR] = j < length ? k[j * ldkv + c] : 0.0f;
-    const __m256 scale8 = _mm256_set1_ps(scale);
+    for (int64_t j = 0; j < padded; j += 8)  /* K^T in panels: k_panels[j / NR][c][j % NR], 8 x 8 at a time */
+        for (int64_t c = 0; c < head_dim; c += 8) {
+            __m256 rows[8];
+            for (int i = 0; i < 8; i++)
+                rows[i] = j + i < length ? _mm256_loadu_ps(k + (j + i) * ldkv + c) : _mm256_setzero_ps();
+            transpose8(rows);
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(k_panels + (j / NR) * head_dim * NR + (c + i) * NR + j % NR,
+                                                         rows[i]);
+        }
     for (int64_t r = 0; r < queries; r += MR) {
         const float *rows[MR], *weights[MR];
         __m256 acc[MR][2];
@@ -196,8 +219,8 @@ static void attend(const float *q, int64_t ldq, int64_t queries, const float *k,
         for (int64_t jp = 0; jp < key_panels; jp++) {
             block(rows, k_panels + jp * head_dim * NR, NR, head_dim, acc);
             for (int i = 0; i < MR; i++) {
-                _mm256_storeu_ps(scores + i * padded + jp * NR, _mm256_mul_ps(acc[i][0], scale8));
-                _mm256_storeu_ps(scores + i * padded + jp * NR + 8, _mm256_mul_ps(acc[i][1], scale8));
+                _mm256_storeu_ps(scores + i * padded + jp * NR, acc[i][0]);
+                _mm256_storeu_ps(scores + i * padded + jp * NR + 8, acc[i][1]);
             }
         }
         for (int i = 0; i < MR; i++) {
@@ -239,25 +262,26 @@ static void share(int64_t items, int64_t multiple, int64_t *begin, int64_t *end)
 
 int bert_linear(const float *a, int64_t lda, int64_t rows, int64_t depth, const float *w_packed, int64_t panels,
                 const float *bias, int gelu, const float *residual, int64_t ldr, const float *gamma,
-                const float *beta, float eps, float *out, int64_t ldo, int threads) {
+                const float *beta, float eps, float *out, int64_t ldo, int64_t head_size, int threads) {
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
         int64_t begin, end;
         share(rows, MR, &begin, &end);
         if (begin < end)
-            failed |= linear_rows(a, lda, begin, end, depth, w_packed, panels, bias, gelu, residual, ldr, gamma,
-                                  beta, eps, out, ldo);
+            failed |= linear_rows(a, lda, begin, end, rows, depth, w_packed, panels, bias, gelu, residual, ldr,
+                                  gamma, beta, eps, out, ldo, head_size);
     }
     return failed;
 }
 
-/* Tasks [task_begin, task_end) of documents x heads (task t: document t / heads, head t % heads). starts[d] ..
- * starts[d + 1]: document d's rows of k and v (head h's columns at h * head_dim). first_only: one query row per
- * document (q's and out's row d), else every token (q's and out's rows starts[d] ...). Returns 0, or -1 when the
- * scratch could not be allocated. */
-static int attention_tasks(const float *q, int64_t ldq, const float *k, const float *v, int64_t ldkv,
-                           const int64_t *starts, int64_t heads, int64_t head_dim, float scale, int first_only,
+/* Tasks [task_begin, task_end) of documents x heads (task t: document t / heads, head t % heads). q, k and v are
+ * head-major ([heads][rows][head_dim], q of q_rows, k and v of kv_rows); starts[d] .. starts[d + 1]: document
+ * d's rows of k and v. first_only: one query row per document (q's and out's row d), else every token (q's and
+ * out's rows starts[d] ...); out is row-major, head h's columns at h * head_dim. Returns 0, or -1 when the scratch
+ * could not be allocated. */
+static int attention_tasks(const float *q, int64_t q_rows, const float *k, const float *v, int64_t kv_rows,
+                           const int64_t *starts, int64_t heads, int64_t head_dim, int first_only,
                            float *out, int64_t ldo, int64_t task_begin, int64_t task_end) {
     int64_t longest = 0;
     for (int64_t t = task_begin; t < task_end; t++) {
@@ -272,8 +296,8 @@ static int attention_tasks(const float *q, int64_t ldq, const float *k, const fl
         int64_t d = t / heads, h = t % heads, start = starts[d], length = starts[d + 1] - start;
         if (length == 0) continue;
         int64_t first_row = first_only ? d : start, queries = first_only ? 1 : length;
-        attend(q + first_row * ldq + h * head_dim, ldq, queries, k + start * ldkv + h * head_dim,
-               v + start * ldkv + h * head_dim, ldkv, length, head_dim, scale,
+        attend(q + (h * q_rows + first_row) * head_dim, head_dim, queries, k + (h * kv_rows + start) * head_dim,
+               v + (h * kv_rows + start) * head_dim, head_dim, length, head_dim,
                out + first_row * ldo + h * head_dim, ldo, k_panels, scores);
     }
     free(k_panels);
@@ -281,16 +305,16 @@ static int attention_tasks(const float *q, int64_t ldq, const float *k, const fl
 }
 
 /* Self-attention of `documents` x `heads` tasks (see attention_tasks), split between `threads` threads. */
-int bert_attention(const float *q, int64_t ldq, const float *k, const float *v, int64_t ldkv, const int64_t *starts,
-                   int64_t documents, int64_t heads, int64_t head_dim, float scale, int first_only, float *out,
-                   int64_t ldo, int threads) {
+int bert_attention(const float *q, int64_t q_rows, const float *k, const float *v, int64_t kv_rows,
+                   const int64_t *starts, int64_t documents, int64_t heads, int64_t head_dim, int first_only,
+                   float *out, int64_t ldo, int threads) {
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
         int64_t begin, end;
         share(documents * heads, 1, &begin, &end);
         if (begin < end)
-            failed |= attention_tasks(q, ldq, k, v, ldkv, starts, heads, head_dim, scale, first_only, out, ldo,
+            failed |= attention_tasks(q, q_rows, k, v, kv_rows, starts, heads, head_dim, first_only, out, ldo,
                                       begin, end);
     }
     return failed;

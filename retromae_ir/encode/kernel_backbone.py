@@ -50,9 +50,9 @@ def kernels() -> ctypes.CDLL:
         raise RuntimeError(f"--compile kernels could not build or load its C kernels: {error}") from error
     pointer, size, number = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     library.bert_linear.argtypes = [pointer, size, size, size, pointer, size, pointer, ctypes.c_int,
-                                    pointer, size, pointer, pointer, number, pointer, size, ctypes.c_int]
+                                    pointer, size, pointer, pointer, number, pointer, size, size, ctypes.c_int]
     library.bert_linear.restype = ctypes.c_int
-    library.bert_attention.argtypes = [pointer, size, pointer, pointer, size, pointer, size, size, size, number,
+    library.bert_attention.argtypes = [pointer, size, pointer, pointer, size, pointer, size, size, size,
                                        ctypes.c_int, pointer, size, ctypes.c_int]
     library.bert_attention.restype = ctypes.c_int
     library.bert_kernels_mr.restype = library.bert_kernels_nr.restype = ctypes.c_int
@@ -89,33 +89,51 @@ def _pointer(tensor: torch.Tensor | None) -> int | None:
 
 
 class PackedProduct:
-    """One linear layer (or several side by side, one weight of their outputs stacked) in the kernels' panels."""
+    """One linear layer (or several side by side, their weights' outputs stacked) in the kernels' panels."""
 
-    def __init__(self, *linears: torch.nn.Linear):
-        weight = torch.cat([linear.weight.detach().float() for linear in linears])
+    def __init__(self, *linears: torch.nn.Linear, scales: tuple[float, ...] | None = None):
+        """``scales``: a factor for each layer's outputs, folded into its weight and bias (attention's
+        1 / sqrt(head size) into the queries)."""
+        scales = scales or (1.0,) * len(linears)
+        weight = torch.cat([linear.weight.detach().float() * scale for linear, scale in zip(linears, scales)])
         self.outputs, self.depth = weight.shape
         self.panels = panels_of(weight, kernels().bert_kernels_nr())
-        self.bias = torch.cat([linear.bias.detach().float() if linear.bias is not None
-                               else torch.zeros(linear.out_features) for linear in linears]).contiguous()
+        self.bias = torch.cat([(linear.bias.detach().float() if linear.bias is not None
+                                else torch.zeros(linear.out_features)) * scale
+                               for linear, scale in zip(linears, scales)]).contiguous()
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, gelu: bool = False,
                  residual_norm: torch.nn.LayerNorm | None = None) -> torch.Tensor:
         """``x`` W^T + b into ``out`` (a new tensor when None), then GELU, or + ``out``'s old rows (the residual,
         read before they are written) and ``residual_norm``."""
-        if x.shape[1] != self.depth or x.stride(1) != 1:
-            raise ValueError(f"rows of width {x.shape[1]} (stride {x.stride(1)}) for a layer of {self.depth} inputs")
-        rows = x.shape[0]
+        rows = self._check(x)
         if out is None:
             out = torch.empty(rows, self.outputs)
         norm = residual_norm
+        self._run(x, out, out.stride(0), 0, gelu, out if norm is not None else None,
+                  *((norm.weight, norm.bias, norm.eps) if norm is not None else (None, None, 0.0)))
+        return out
+
+    def heads(self, x: torch.Tensor, head_size: int) -> torch.Tensor:
+        """``x`` W^T + b head-major: [outputs / head_size, rows, head_size] (the queries', keys' and values'
+        heads, each head's rows one after another, as attention reads them)."""
+        rows = self._check(x)
+        out = torch.empty(self.outputs // head_size, rows, head_size)
+        self._run(x, out, 0, head_size, False, None, None, None, 0.0)
+        return out
+
+    def _check(self, x: torch.Tensor) -> int:
+        if x.shape[1] != self.depth or x.stride(1) != 1:
+            raise ValueError(f"rows of width {x.shape[1]} (stride {x.stride(1)}) for a layer of {self.depth} inputs")
+        return x.shape[0]
+
+    def _run(self, x, out, ldo, head_size, gelu, residual, gamma, beta, eps) -> None:
         failed = kernels().bert_linear(
-            x.data_ptr(), x.stride(0), rows, self.depth, self.panels.data_ptr(), self.panels.shape[0],
-            self.bias.data_ptr(), int(gelu), _pointer(out if norm is not None else None), out.stride(0),
-            _pointer(norm.weight if norm is not None else None), _pointer(norm.bias if norm is not None else None),
-            norm.eps if norm is not None else 0.0, out.data_ptr(), out.stride(0), torch.get_num_threads())
+            x.data_ptr(), x.stride(0), x.shape[0], self.depth, self.panels.data_ptr(), self.panels.shape[0],
+            self.bias.data_ptr(), int(gelu), _pointer(residual), ldo, _pointer(gamma), _pointer(beta), eps,
+            out.data_ptr(), ldo, head_size, torch.get_num_threads())
         if failed:
             raise MemoryError("a linear layer's kernel could not allocate its row buffer")
-        return out
 
 
 class KernelLayer:
@@ -125,11 +143,12 @@ class KernelLayer:
     def __init__(self, layer: torch.nn.Module):
         own = layer.attention.self
         self.first_only = isinstance(layer, FirstTokenLayer)
-        self.heads, self.head_size, self.scale = own.num_attention_heads, own.attention_head_size, own.scaling
+        self.heads, self.head_size = own.num_attention_heads, own.attention_head_size
         if self.first_only:
-            self.query, self.key_value = PackedProduct(own.query), PackedProduct(own.key, own.value)
+            self.query, self.key_value = PackedProduct(own.query, scales=(own.scaling,)), PackedProduct(own.key,
+                                                                                                        own.value)
         else:
-            self.query_key_value = PackedProduct(own.query, own.key, own.value)
+            self.query_key_value = PackedProduct(own.query, own.key, own.value, scales=(own.scaling, 1.0, 1.0))
         self.attention_output, self.attention_norm = PackedProduct(layer.attention.output.dense), \
             _norm(layer.attention.output.LayerNorm)
         self.intermediate = PackedProduct(layer.intermediate.dense)
@@ -139,24 +158,25 @@ class KernelLayer:
         """``hidden`` [tokens, H] (documents one after another, ``starts`` their first rows and the end) -> the
         layer's output: [tokens, H], or [documents, H] (each document's first row) when ``first_only``; ``hidden``
         may be overwritten."""
-        width = self.heads * self.head_size
         if self.first_only:
-            key_value = self.key_value(hidden)
+            keys, values = self.key_value.heads(hidden, self.head_size).split(self.heads)
             hidden = hidden[starts[:-1]].contiguous()
-            query, keys, values = self.query(hidden), key_value, key_value[:, width:]
+            queries = self.query.heads(hidden, self.head_size)
         else:
-            query = self.query_key_value(hidden)
-            keys, values = query[:, width:], query[:, 2 * width:]
-        context = self._attend(query, keys, values, starts, len(hidden))
+            queries, keys, values = self.query_key_value.heads(hidden, self.head_size).split(self.heads)
+        context = self._attend(queries, keys, values, starts)
         hidden = self.attention_output(context, out=hidden, residual_norm=self.attention_norm)
         return self.output(self.intermediate(hidden, gelu=True), out=hidden, residual_norm=self.output_norm)
 
-    def _attend(self, query, keys, values, starts, rows: int) -> torch.Tensor:
+    def _attend(self, queries, keys, values, starts) -> torch.Tensor:
+        """Head-major ``queries`` [heads, rows, head size] (each document's, or its first token's) and ``keys``,
+        ``values`` -> the context, row-major [rows, heads x head size]."""
+        rows = queries.shape[1]
         context = torch.empty(rows, self.heads * self.head_size)
         failed = kernels().bert_attention(
-            query.data_ptr(), query.stride(0), keys.data_ptr(), values.data_ptr(), keys.stride(0),
-            starts.data_ptr(), len(starts) - 1, self.heads, self.head_size, self.scale, int(self.first_only),
-            context.data_ptr(), context.stride(0), torch.get_num_threads())
+            queries.data_ptr(), rows, keys.data_ptr(), values.data_ptr(), keys.shape[1], starts.data_ptr(),
+            len(starts) - 1, self.heads, self.head_size, int(self.first_only), context.data_ptr(),
+            context.stride(0), torch.get_num_threads())
         if failed:
             raise MemoryError("the attention kernel could not allocate its scratch memory")
         return context
