@@ -86,7 +86,8 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
     (``--compile openvino``). MKL's and oneDNN's differ by 2x on AMD's AVX-512 EPYC (about 220 and 490 GFLOP/s
     fp32 on 2 cores), so a ceiling from ``a @ b`` alone is no ceiling there: the compiled encoders exceed it. In
     fp32, where DupMAE's OT head runs on our fused kernel, that kernel's square product too: it ran the head above
-    MKL's square product on an AVX2 EPYC (runs/ot-kernel/)."""
+    MKL's square product on an AVX2 EPYC (runs/ot-kernel/); and where ``--compile kernels`` runs, its linear
+    layers' kernel on the square product."""
     torch.set_num_threads(threads)
     size = size or (8192 if torch.device(device).type == "cuda" else 2048)
     out = {}
@@ -105,8 +106,21 @@ def matmul_paths(threads: int, size: int | None = None, seconds: float = 0.5, de
             out[name]["OpenVINO Linear"] = gflops(openvino_linear(linear, rows), size ** 3, device, seconds)
             if name == "fp32" and fused_max_pool.chosen_here():  # our own product: it outran MKL's at the OT head
                 out[name]["fused OT kernel"] = gflops(fused_kernel_product(a, b), 2 * size ** 3, device, seconds)
+            if kernels_run_here(device, name):  # --compile kernels' linear layers
+                from retromae_ir.encode.kernel_backbone import PackedProduct
+
+                product = PackedProduct(linear)
+                square = gflops(lambda: product(a), 2 * size ** 3, device, seconds)
+                out[name]["BERT linear kernel (--compile kernels)"] = square
         del a, b
     return out
+
+
+def kernels_run_here(device: str, dtype: str) -> bool:
+    """Whether ``--compile kernels`` runs on ``device`` in ``dtype``: fp32 on a CPU with AVX2 and FMA."""
+    from retromae_ir.c_library import avx2_missing
+
+    return torch.device(device).type == "cpu" and dtype == "fp32" and avx2_missing() is None
 
 
 def fused_kernel_product(a: torch.Tensor, b: torch.Tensor):
@@ -263,6 +277,8 @@ OURS_DENSE_COMPILED = "retromae_ir minilm-cls --compile (dense)"
 OURS_DUPMAE_COMPILED = "retromae_ir dupmae-minilm --compile (dense + sparse)"
 OURS_DENSE_OPENVINO = "retromae_ir minilm-cls --compile openvino (dense)"
 OURS_DUPMAE_OPENVINO = "retromae_ir dupmae-minilm --compile openvino (dense + sparse)"
+OURS_DENSE_KERNELS = "retromae_ir minilm-cls --compile kernels (dense)"
+OURS_DUPMAE_KERNELS = "retromae_ir dupmae-minilm --compile kernels (dense + sparse)"
 
 
 def encode_benchmark(args, start_routes: dict | None = None) -> dict:
@@ -355,6 +371,8 @@ def encode_benchmark(args, start_routes: dict | None = None) -> dict:
     backends = {"inductor": (OURS_DENSE_COMPILED, OURS_DUPMAE_COMPILED)}
     if torch.device(device).type == "cpu":  # OpenVINO's CPU plugin
         backends["openvino"] = (OURS_DENSE_OPENVINO, OURS_DUPMAE_OPENVINO)
+    if kernels_run_here(device, dtype):  # our own AVX2 kernels: fp32 on an x86-64 CPU
+        backends["kernels"] = (OURS_DENSE_KERNELS, OURS_DUPMAE_KERNELS)
     compile_s = {}
     for backend, rows in backends.items():
         for name, system in zip(ours, rows):
@@ -441,6 +459,13 @@ def encode_benchmark(args, start_routes: dict | None = None) -> dict:
             "ours DupMAE --compile openvino vs --compile": best[OURS_DUPMAE_COMPILED] / best[OURS_DUPMAE_OPENVINO],
             "ours DupMAE --compile openvino vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE_OPENVINO],
             "ours DupMAE --compile openvino vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_OPENVINO]})
+    if OURS_DUPMAE_KERNELS in best:
+        results["ratios"].update({
+            "ours dense --compile kernels vs --compile openvino": best[OURS_DENSE_OPENVINO] / best[OURS_DENSE_KERNELS],
+            "ours DupMAE --compile kernels vs --compile openvino":
+                best[OURS_DUPMAE_OPENVINO] / best[OURS_DUPMAE_KERNELS],
+            "ours DupMAE --compile kernels vs Pyserini dense": best[PYSERINI_DENSE] / best[OURS_DUPMAE_KERNELS],
+            "ours DupMAE --compile kernels vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_KERNELS]})
     if int8:
         results["ratios"].update({
             "ours DupMAE int8 vs Pyserini two-pass": two_pass[full] / best[OURS_DUPMAE_INT8],

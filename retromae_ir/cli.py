@@ -100,12 +100,14 @@ def check_at_least_one(arguments, *names: str) -> None:
 
 
 def add_compile_argument(parser: argparse.ArgumentParser, context: str = "") -> None:
-    """``--compile [inductor|openvino]`` (bare ``--compile``: inductor), the same flag on every command that
+    """``--compile [inductor|openvino|kernels]`` (bare ``--compile``: inductor), the same flag on every command that
     encodes (``encode``, the BEIR/TREC drivers)."""
     parser.add_argument("--compile", nargs="?", const="inductor", default=None, choices=COMPILE_BACKENDS,
-                        metavar="{inductor,openvino}",
+                        metavar="{inductor,openvino,kernels}",
                         help=f"{context}compile the transformer for inference. inductor (the default of a bare "
                              f"--compile): torch.compile with its weights frozen (oneDNN kernels on a CPU), about "
                              f"10 s of compilation at the start, any device. openvino: OpenVINO's CPU plugin, CPU "
-                             f"only, faster still for the dense pass. In fp32 the vectors equal eager's to about "
-                             f"1e-6; not with --dtype int8; speed in docs/encoders.md")
+                             f"only, faster still for the dense pass. kernels: BERT's layers on this package's own "
+                             f"AVX2 kernels, no padding; fp32 on an x86-64 CPU with AVX2, BERT checkpoints only. In "
+                             f"fp32 the vectors equal eager's to about 1e-6; not with --dtype int8; speed in "
+                             f"docs/encoders.md")
