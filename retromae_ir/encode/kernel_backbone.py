@@ -36,18 +36,19 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")
 
 @functools.cache
 def kernels() -> ctypes.CDLL:
-    """The compiled kernels (built into ``$RETROMAE_IR_CACHE/kernels`` on first use); RuntimeError saying why
-    where they cannot run here."""
+    """The compiled kernels (built into ``$RETROMAE_IR_CACHE/kernels`` on first use); ValueError saying why where
+    they cannot run here (a user's choice of backend to change: the command exits 2 with that line)."""
     reason = avx2_missing()
     if reason is not None:
-        raise RuntimeError(f"--compile kernels needs an x86-64 CPU with AVX2 and FMA: {reason}; use --compile "
+        raise ValueError(f"--compile kernels needs an x86-64 CPU with AVX2 and FMA: {reason}; use --compile "
                            f"openvino or inductor")
     source = SOURCE.read_text()
     try:
         path = build_library(source, cache_dir("kernels") / library_name("bert_kernels", source, FLAGS), FLAGS)
         library = ctypes.CDLL(str(path))
     except (OSError, ValueError) as error:
-        raise RuntimeError(f"--compile kernels could not build or load its C kernels: {error}") from error
+        raise ValueError(f"--compile kernels could not build or load its C kernels ({error}); use --compile "
+                         f"openvino or inductor") from error
     pointer, size, number = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     library.bert_linear.argtypes = [pointer, size, size, size, pointer, size, pointer, ctypes.c_int,
                                     pointer, size, pointer, pointer, number, pointer, size, size, ctypes.c_int]
@@ -97,6 +98,8 @@ class PackedProduct:
         scales = scales or (1.0,) * len(linears)
         weight = torch.cat([linear.weight.detach().float() * scale for linear, scale in zip(linears, scales)])
         self.outputs, self.depth = weight.shape
+        if self.outputs % kernels().bert_kernels_nr():
+            raise ValueError(f"{self.outputs} outputs: the kernels take a multiple of {kernels().bert_kernels_nr()}")
         self.panels = panels_of(weight, kernels().bert_kernels_nr())
         self.bias = torch.cat([(linear.bias.detach().float() if linear.bias is not None
                                 else torch.zeros(linear.out_features)) * scale
@@ -109,7 +112,12 @@ class PackedProduct:
         rows = self._check(x)
         if out is None:
             out = torch.empty(rows, self.outputs)
+        elif out.shape != (rows, self.outputs) or out.dtype != torch.float32 or out.stride(1) != 1:
+            raise ValueError(f"out must be fp32 [{rows}, {self.outputs}] with unit column stride, not "
+                             f"{out.dtype} {list(out.shape)} of strides {out.stride()}")
         norm = residual_norm
+        if norm is not None and tuple(norm.normalized_shape) != (self.outputs,):
+            raise ValueError(f"a LayerNorm over {tuple(norm.normalized_shape)} after {self.outputs} outputs")
         self._run(x, out, out.stride(0), 0, gelu, out if norm is not None else None,
                   *((norm.weight, norm.bias, norm.eps) if norm is not None else (None, None, 0.0)))
         return out
@@ -118,13 +126,20 @@ class PackedProduct:
         """``x`` W^T + b head-major: [outputs / head_size, rows, head_size] (the queries', keys' and values'
         heads, each head's rows one after another, as attention reads them)."""
         rows = self._check(x)
+        if head_size % kernels().bert_kernels_nr() or self.outputs % head_size:
+            raise ValueError(f"heads of {head_size} over {self.outputs} outputs: the kernels take heads of a multiple "
+                             f"of {kernels().bert_kernels_nr()} that divide the outputs")
         out = torch.empty(self.outputs // head_size, rows, head_size)
         self._run(x, out, 0, head_size, False, None, None, None, 0.0)
         return out
 
     def _check(self, x: torch.Tensor) -> int:
-        if x.shape[1] != self.depth or x.stride(1) != 1:
-            raise ValueError(f"rows of width {x.shape[1]} (stride {x.stride(1)}) for a layer of {self.depth} inputs")
+        """The rows' count, after refusing what the kernel would misread: it reads fp32 rows on the CPU, each
+        ``depth`` values one after another."""
+        if (x.dim() != 2 or x.shape[1] != self.depth or x.stride(1) != 1 or x.stride(0) < self.depth
+                or x.dtype != torch.float32 or x.device.type != "cpu"):
+            raise ValueError(f"the kernel takes fp32 CPU rows of {self.depth} contiguous values, not {x.dtype} "
+                             f"{list(x.shape)} of strides {x.stride()} on {x.device}")
         return x.shape[0]
 
     def _run(self, x, out, ldo, head_size, gelu, residual, gamma, beta, eps) -> None:
@@ -208,7 +223,10 @@ class KernelBackbone(CompiledBackbone):
     def config(self):
         return self._config
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_) -> BaseModelOutput:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **others) -> BaseModelOutput:
+        given = sorted(name for name, value in others.items() if value is not None)
+        if given:  # segment ids, positions, embeddings: the kernels would run as if they were not given
+            raise ValueError(f"--compile kernels takes input_ids and attention_mask only, not {', '.join(given)}")
         if input_ids.device.type != "cpu":
             raise ValueError(f"--compile kernels runs on the CPU; the batch is on {input_ids.device}")
         if torch.is_autocast_enabled("cpu"):

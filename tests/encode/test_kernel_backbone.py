@@ -14,7 +14,7 @@ from retromae_ir.encode.first_token import first_token_only
 pytestmark = pytest.mark.skipif(c_library.avx2_missing() is not None, reason="needs an x86-64 CPU with AVX2 and FMA")
 
 
-def bert(layers=2, hidden=48, heads=3, intermediate=96, seed=0, **config) -> BertModel:
+def bert(layers=2, hidden=64, heads=2, intermediate=96, seed=0, **config) -> BertModel:
     """A random BERT with non-trivial LayerNorms and biases (ones and zeros would hide a forgotten one)."""
     torch.manual_seed(seed)
     model = BertModel(BertConfig(vocab_size=300, hidden_size=hidden, num_hidden_layers=layers,
@@ -35,13 +35,15 @@ def padded_batch(lengths, seed=1):
     return ids * mask, mask
 
 
-# lengths: 1 (one token), rows that end mid-block (not multiples of 6, 8 or 16), one past 64 (several key panels)
-LENGTHS = [13, 1, 67, 30, 16, 5]
+# lengths: 1 (one token), rows that end mid-block (not multiples of 6, 8 or 16; 139 in all), one past 64 (several
+# key panels)
+LENGTHS = [13, 1, 67, 30, 16, 5, 7]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_every_row_equals_transformers_forward(threads):
-    model = bert()
+@pytest.mark.parametrize("threads, hidden, heads", [(1, 64, 2), (2, 64, 2), (2, 128, 2), (2, 48, 3)])
+def test_every_row_equals_transformers_forward(threads, hidden, heads):
+    """Heads of 32 (MiniLM's), 64 (BERT-base's) and 16 (the smallest the kernels take)."""
+    model = bert(hidden=hidden, heads=heads)
     ids, mask = padded_batch(LENGTHS)
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -97,16 +99,35 @@ def test_the_fused_gelu_is_the_exact_one():
     torch.testing.assert_close(got, F.gelu(x), atol=2e-6, rtol=0)
 
 
-def test_residual_and_layer_norm_fused_into_the_product():
+@pytest.mark.parametrize("depth, rows", [(40, 23), (1536, 100)])  # 1536 deep: rows in 3 chunks of 42
+def test_residual_and_layer_norm_fused_into_the_product(depth, rows):
     torch.manual_seed(4)
-    linear, norm = torch.nn.Linear(40, 32), torch.nn.LayerNorm(32, eps=1e-6)
+    linear, norm = torch.nn.Linear(depth, 32), torch.nn.LayerNorm(32, eps=1e-6)
     with torch.no_grad():
         norm.weight.normal_(1.0, 0.5)
         norm.bias.normal_(0.0, 0.5)
-        x, residual = torch.randn(23, 40), torch.randn(23, 32)
+        x, residual = torch.randn(rows, depth), torch.randn(rows, 32)
         expected = norm(linear(x) + residual)
-    got = kb.PackedProduct(linear)(x, out=residual.clone(), residual_norm=kb._norm(norm))
+        plain = linear(x)
+    product = kb.PackedProduct(linear)
+    torch.testing.assert_close(product(x), plain, atol=1e-4, rtol=1e-5)
+    got = product(x, out=residual.clone(), residual_norm=kb._norm(norm))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_what_the_product_would_misread_is_refused():
+    product, x = kb.PackedProduct(torch.nn.Linear(24, 32)), torch.randn(5, 24)
+    with pytest.raises(ValueError, match="40 outputs: the kernels take a multiple of 16"):
+        kb.PackedProduct(torch.nn.Linear(24, 40))
+    for bad in (x.double(), x.t().contiguous().t(), x[:, :20], x.view(1, 5, 24)):
+        with pytest.raises(ValueError, match="the kernel takes fp32 CPU rows of 24 contiguous values"):
+            product(bad)
+    with pytest.raises(ValueError, match=r"out must be fp32 \[5, 32\]"):
+        product(x, out=torch.empty(4, 32))
+    with pytest.raises(ValueError, match=r"a LayerNorm over \(16,\) after 32 outputs"):
+        product(x, out=torch.empty(5, 32), residual_norm=kb._norm(torch.nn.LayerNorm(16)))
+    with pytest.raises(ValueError, match="heads of 8 over 32 outputs"):
+        product.heads(x, 8)
 
 
 def test_the_encoders_give_eager_vectors(tiny_bert_dir, tmp_path):
@@ -156,9 +177,13 @@ def test_batches_it_cannot_take_are_refused():
         backbone(input_ids=ids, attention_mask=mask * torch.tensor([[0], [1]]))  # an empty row
     with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(ValueError, match="fp32 only"):
         backbone(input_ids=ids, attention_mask=mask)
+    with pytest.raises(ValueError, match="takes input_ids and attention_mask only, not token_type_ids"):
+        backbone(input_ids=ids, attention_mask=mask, token_type_ids=torch.ones_like(ids))
+    assert backbone(input_ids=ids, attention_mask=mask, token_type_ids=None).last_hidden_state.shape == (2, 6, 64)
 
 
-def test_bf16_and_cpus_without_avx2_are_refused(tiny_bert_dir, tmp_path, monkeypatch):
+def test_bf16_cpus_without_avx2_and_no_compiler_are_refused(tiny_bert_dir, tmp_path, monkeypatch):
+    """Each a ValueError naming the way out, which the encode command prints as one line (exit 2)."""
     card = tmp_path / "dense.yaml"
     card.write_text(f"checkpoint: {tiny_bert_dir}\nkind: cls-dense\ndims: 32\n")
     with pytest.raises(ValueError, match="--compile kernels runs fp32 only"):
@@ -166,8 +191,15 @@ def test_bf16_and_cpus_without_avx2_are_refused(tiny_bert_dir, tmp_path, monkeyp
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
     kb.kernels.cache_clear()
     try:
-        with pytest.raises(RuntimeError, match="needs an x86-64 CPU with AVX2 and FMA: PyTorch's CPU capability "
-                                               "here is DEFAULT"):
+        with pytest.raises(ValueError, match="needs an x86-64 CPU with AVX2 and FMA: PyTorch's CPU capability "
+                                             "here is DEFAULT"):
             EncoderModel.from_card(card, device="cpu").compile_backbone("kernels")
+        monkeypatch.undo()
+        monkeypatch.setenv("RETROMAE_IR_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setenv("CC", "false")
+        kb.kernels.cache_clear()
+        with pytest.raises(ValueError, match="could not build or load its C kernels .*use --compile openvino"):
+            EncoderModel.from_card(card, device="cpu").compile_backbone("kernels")
+        assert not list((tmp_path / "cache").rglob("*.so"))
     finally:
         kb.kernels.cache_clear()
