@@ -47,7 +47,8 @@ def main(argv=None) -> int:
         routes[route] = max(routes[route], gflops)
     ceiling = max(routes.values())
     print(json.dumps({"threads": args.threads, "fp32_matmul_routes_gflops": routes, "gflops": best}, indent=1))
-    print(f"\n| kernel (fp32, {args.threads} threads) | GFLOP/s | of the ceiling ({ceiling:.1f}) |\n| --- | --- | --- |")
+    print(f"\n| kernel (fp32, {args.threads} threads) | GFLOP/s | of the ceiling ({ceiling:.1f}) |")
+    print("| --- | --- | --- |")
     for name, gflops in best.items():
         print(f"| {name} | {gflops:.1f} | {gflops / ceiling:.2f} |")
     return 0

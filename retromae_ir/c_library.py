@@ -18,6 +18,15 @@ import torch
 AVX2_CAPABILITIES = ("AVX2", "AVX512")  # PyTorch CPU capabilities with AVX2 and FMA: our AVX2 kernels run
 
 
+REGISTER_BLOCK = Path(__file__).with_name("encode") / "register_block.h"
+
+
+def kernel_source(path: Path) -> str:
+    """The text of one of our AVX2 kernels as it is compiled: the register block they share
+    (``encode/register_block.h``), then the kernel's own file."""
+    return REGISTER_BLOCK.read_text() + path.read_text()
+
+
 def library_name(stem: str, source: str, flags: tuple[str, ...]) -> str:
     """``<stem>-<digest>.so``: the digest of the source, the flags and the compiler's command (``$CC``) in the
     name, so a library built from another version's source, with other flags or by another compiler is never

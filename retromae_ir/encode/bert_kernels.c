@@ -7,15 +7,10 @@
  * w_packed[p][k][NR] = W[p * NR + j][k], so its width is a multiple of NR. Each call splits its rows (or tasks)
  * between `threads` OpenMP threads: compiled with -fopenmp after PyTorch has loaded its OpenMP runtime, these are
  * PyTorch's own workers, which would otherwise spin for milliseconds after each of its operations on the cores a
- * second pool's threads need. */
-#include <immintrin.h>
+ * second pool's threads need. Built after register_block.h (MR, NR, packed_block). */
 #include <math.h>
 #include <omp.h>
-#include <stdint.h>
 #include <stdlib.h>
-
-#define MR 6
-#define NR 16
 
 int bert_kernels_mr(void) { return MR; }
 int bert_kernels_nr(void) { return NR; }
@@ -134,23 +129,6 @@ static void pack_rows(const float *a, int64_t lda, int64_t r, int64_t end, int64
     row_pointers(a, lda, r, end, rows);
     for (int64_t k = 0; k < depth; k++)
         for (int i = 0; i < MR; i++) packed[k * MR + i] = rows[i][k];
-}
-
-/* block() over a packed row panel (packed_rows[k][i]) */
-static inline void packed_block(const float *a, const float *b, int64_t depth, __m256 acc[MR][2]) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
-           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    for (int64_t k = 0; k < depth; k++, a += MR, b += NR) {
-        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), x;
-        x = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
-        x = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
-        x = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
-    }
-    acc[0][0] = c00; acc[0][1] = c01; acc[1][0] = c10; acc[1][1] = c11; acc[2][0] = c20; acc[2][1] = c21;
-    acc[3][0] = c30; acc[3][1] = c31; acc[4][0] = c40; acc[4][1] = c41; acc[5][0] = c50; acc[5][1] = c51;
 }
 
 /* out[r] = epilogue(a[r] W^T + bias) for rows [row_begin, row_end) of `rows`: then GELU (gelu != 0), then

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from retromae_ir.c_library import avx2_missing, build_library, library_name, panels_of
+from retromae_ir.c_library import avx2_missing, build_library, kernel_source, library_name, panels_of
 from retromae_ir.encode.packed_linear import PackedLinear
 from retromae_ir.io import cache_dir
 from retromae_ir.kernel_threads import run_split
@@ -49,7 +49,7 @@ def kernel() -> ctypes.CDLL | None:
     here; why not is logged once."""
     reason = _unusable_here()
     if reason is None:
-        source = SOURCE.read_text()
+        source = kernel_source(SOURCE)
         try:
             path = build_library(source, cache_dir(CACHE_PART) / library_name("ot_kernel", source, FLAGS), FLAGS)
             library = ctypes.CDLL(str(path))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from transformers.modeling_outputs import BaseModelOutput
 
-from retromae_ir.c_library import avx2_missing, build_library, library_name, panels_of
+from retromae_ir.c_library import avx2_missing, build_library, kernel_source, library_name, panels_of
 from retromae_ir.encode.base import CompiledBackbone
 from retromae_ir.encode.first_token import FirstTokenLayer, is_bert_layer
 from retromae_ir.io import cache_dir
@@ -41,8 +41,8 @@ def kernels() -> ctypes.CDLL:
     reason = avx2_missing()
     if reason is not None:
         raise ValueError(f"--compile kernels needs an x86-64 CPU with AVX2 and FMA: {reason}; use --compile "
-                           f"openvino or inductor")
-    source = SOURCE.read_text()
+                         f"openvino or inductor")
+    source = kernel_source(SOURCE)
     try:
         path = build_library(source, cache_dir("kernels") / library_name("bert_kernels", source, FLAGS), FLAGS)
         library = ctypes.CDLL(str(path))

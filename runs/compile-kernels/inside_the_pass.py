@@ -57,7 +57,8 @@ def main() -> None:
     top = max(ceiling)
     print(f"{len(texts) - 50} documents in {total:.2f} s; MKL's square product {ceiling[0]:.1f} before, "
           f"{ceiling[1]:.1f} after")
-    print("| kind | seconds | share of the pass | GFLOP/s | of the higher MKL figure |\n| --- | --- | --- | --- | --- |")
+    print("| kind | seconds | share of the pass | GFLOP/s | of the higher MKL figure |")
+    print("| --- | --- | --- | --- | --- |")
     for kind, (seconds, flops) in sorted(spent.items()):
         print(f"| {kind} | {seconds:.2f} | {seconds / total:.1%} | {flops / seconds / 1e9:.1f} | "
               f"{flops / seconds / 1e9 / top:.2f} |")
