@@ -7,7 +7,9 @@ ran MiniLM's dense pass at 0.61-0.75 of it and inductor's at 0.60-0.72: their at
 hand-written 6 x 16 AVX2 product (DupMAE's fused OT head) ran at 1.00-1.10 of it. Here the batch's tokens are packed
 without padding, every product is one such register block with its element-wise work done on the block in
 registers, and attention computes each (document, head) pair's scores, softmax and weighted sum on 6-row blocks
-that stay in the L1 cache. Only the embeddings (a gather and a LayerNorm) run in PyTorch.
+that stay in the L1 cache. Only the embeddings (a gather and a LayerNorm) run in PyTorch. Measured there in the
+fair order: the dense pass 0.73 of the ceiling, DupMAE 0.83, each the fastest fp32 route (openvino 0.72, 0.76);
+the products at the ceiling alone, attention at 0.43-0.62 (docs/encoders.md, runs/compile-kernels/).
 
 What it takes: transformers' BERT (``model_type`` "bert": MiniLM, BERT, RetroMAE's checkpoints) with absolute
 positions, exact GELU, widths that are multiples of 16, in fp32, on an x86-64 CPU with AVX2 and FMA; anything else
