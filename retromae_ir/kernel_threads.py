@@ -1,6 +1,6 @@
 """Running a C kernel of our own (loaded with ctypes, which releases the GIL) on several threads: the work split
-into contiguous ranges, one a thread, on a pool kept per thread count. Used by DupMAE's fused OT max-pool and by
-the BERT layers of ``--compile kernels``."""
+into contiguous ranges, one a thread, on a pool kept per thread count. Used by DupMAE's fused OT max-pool
+(``--compile kernels``' BERT layers split their work on PyTorch's OpenMP threads instead, in C)."""
 from __future__ import annotations
 
 import os
@@ -8,19 +8,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
 
-def split(items: int, threads: int, multiple: int = 1) -> list[tuple[int, int]]:
-    """Contiguous ranges covering ``items``, one a thread, as even as whole groups of ``multiple`` allow (a
-    kernel's row block: a range that starts mid-block would compute the block's rows twice)."""
-    groups = -(-items // multiple)
-    threads = max(1, min(threads, groups))
-    bounds = [min(items, groups * part // threads * multiple) for part in range(threads + 1)]
+def split(items: int, threads: int) -> list[tuple[int, int]]:
+    """Contiguous ranges covering ``items``, one a thread, as even as whole items allow."""
+    threads = max(1, min(threads, items))
+    bounds = [items * part // threads for part in range(threads + 1)]
     return [(begin, end) for begin, end in zip(bounds, bounds[1:]) if end > begin]
 
 
-def run_split(call, items: int, threads: int, multiple: int = 1) -> list:
+def run_split(call, items: int, threads: int) -> list:
     """``call(begin, end)`` over :func:`split`'s ranges, on the pool when there is more than one; their results,
     in order."""
-    ranges = split(items, threads, multiple)
+    ranges = split(items, threads)
     if len(ranges) == 1:
         return [call(*ranges[0])]
     return run_all(pool(len(ranges)), [lambda span=span: call(*span) for span in ranges])
